@@ -1,0 +1,161 @@
+"""The configuration file: one YAML document, validated with pydantic, with errors that name the bad key.
+
+Found from ``--config FILE`` or ``TALLY_CONFIG``; with neither, the embedded default applies (a
+DuckDB file under ``./.tally/``). ``--database URL`` overrides the file's database.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+DEFAULT_DATABASE = "duckdb://.tally/tally.duckdb"
+CONFIG_ENV = "TALLY_CONFIG"
+
+
+class ConfigError(ValueError):
+    """A configuration that cannot be used; the message names the file and the key."""
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class SimulatedCloud(_Strict):
+    """A cloud played by the ground-truth simulator (tests, the demo, accuracy benchmarks)."""
+
+    provider: Literal["simulated"]
+    seed: int = 1
+    projects: int = Field(default=4, ge=1)
+    resources: int = Field(default=60, ge=0, description="resources alive at any time, roughly")
+    hours: float = Field(default=48.0, gt=0)
+    start: str = "2026-01-01T00:00:00Z"
+    failing_types: dict[str, Literal["error", "timeout", "empty"]] = Field(default_factory=dict)
+
+
+class OpenStackCloud(_Strict):
+    """A cloud reached through openstacksdk: a clouds.yaml entry, or inline auth settings."""
+
+    provider: Literal["openstack"]
+    os_cloud: str | None = None
+    auth: dict[str, Any] | None = None
+    auth_type: str | None = None
+    region_name: str | None = None
+    interface: str | None = None
+    verify: bool | str | None = None
+    timeout: float = Field(default=30.0, gt=0)
+    retries: int = Field(default=2, ge=0)
+    page_size: int = Field(default=1000, ge=1, le=1000)
+    deleted_margin: int = Field(default=600, ge=0, description="seconds subtracted from the last run when asking for deleted servers")
+    resource_types: list[str] | None = None
+
+
+CloudConfig = Annotated[SimulatedCloud | OpenStackCloud, Field(discriminator="provider")]
+
+
+class ReconciliationSettings(_Strict):
+    settle_window: float = Field(default=300.0, ge=0, description="seconds")
+    mass_delete_guard: float = Field(default=0.5, gt=0, le=1.0)
+
+
+class LedgerSettings(_Strict):
+    ingest_lag: float = Field(default=900.0, ge=0, description="seconds")
+    window_days: int = Field(default=35, ge=1)
+
+
+class ApiSettings(_Strict):
+    host: str = "127.0.0.1"
+    port: int = Field(default=8080, ge=0, le=65535)
+    max_body_bytes: int = Field(default=5 * 1024 * 1024, ge=1024)
+
+
+class TallyConfig(_Strict):
+    database: str = DEFAULT_DATABASE
+    tokens_file: Path | None = None
+    schemas_dir: Path | None = None
+    landing_dir: Path | None = None
+    clouds: dict[str, CloudConfig] = Field(default_factory=dict)
+    reconciliation: ReconciliationSettings = Field(default_factory=ReconciliationSettings)
+    ledger: LedgerSettings = Field(default_factory=LedgerSettings)
+    api: ApiSettings = Field(default_factory=ApiSettings)
+
+    @field_validator("database")
+    @classmethod
+    def _known_scheme(cls, value: str) -> str:
+        if not value.startswith(("duckdb://", "postgresql://", "postgres://")):
+            raise ValueError("must be a duckdb:///path or postgresql://… URL")
+        return value
+
+    @field_validator("clouds")
+    @classmethod
+    def _cloud_names(cls, value: dict[str, Any]) -> dict[str, Any]:
+        import re
+
+        for name in value:
+            if not re.match(r"^[A-Za-z0-9_.-]{1,63}$", name):
+                raise ValueError(f"cloud name {name!r} must match ^[A-Za-z0-9_.-]{{1,63}}$")
+        return value
+
+
+def _describe(exc: ValidationError) -> str:
+    lines = []
+    for error in exc.errors(include_url=False):
+        where = ".".join(str(p) for p in error["loc"]) or "(top level)"
+        if error["type"] == "extra_forbidden":
+            lines.append(f"{where}: unknown key")
+        else:
+            lines.append(f"{where}: {error['msg']}")
+    return "; ".join(lines)
+
+
+def load_config(path: str | Path | None = None, *, database: str | None = None) -> TallyConfig:
+    """Load and validate the configuration; ``path`` falls back to ``$TALLY_CONFIG``, then to defaults.
+
+    Relative paths inside the file (tokens_file, schemas_dir, landing_dir, duckdb files) are taken
+    relative to the file's own directory, so a config works wherever the command is started.
+    """
+    path = path or os.environ.get(CONFIG_ENV) or None
+    data: dict[str, Any] = {}
+    base = Path.cwd()
+    if path is not None:
+        file = Path(path)
+        try:
+            text = file.read_text(encoding="utf-8")
+        except OSError as exc:
+            raise ConfigError(f"cannot read config file {str(file)!r}: {exc.strerror}") from None
+        try:
+            loaded = yaml.safe_load(text)
+        except yaml.YAMLError as exc:
+            raise ConfigError(f"{file}: not valid YAML: {exc}") from None
+        if loaded is None:
+            loaded = {}
+        if not isinstance(loaded, dict):
+            raise ConfigError(f"{file}: expected a mapping of settings at the top level")
+        data = loaded
+        base = file.resolve().parent
+    if database is not None:
+        data = {**data, "database": database}
+    try:
+        config = TallyConfig.model_validate(data)
+    except ValidationError as exc:
+        origin = str(path) if path else "configuration"
+        raise ConfigError(f"{origin}: {_describe(exc)}") from None
+    return _resolve_paths(config, base)
+
+
+def _resolve_paths(config: TallyConfig, base: Path) -> TallyConfig:
+    updates: dict[str, Any] = {}
+    for key in ("tokens_file", "schemas_dir", "landing_dir"):
+        value = getattr(config, key)
+        if value is not None and not value.is_absolute():
+            updates[key] = base / value
+    if config.database.startswith("duckdb://"):
+        # duckdb://PATH takes PATH literally: duckdb:///abs/x.duckdb is absolute, duckdb://x.duckdb relative.
+        local = config.database.removeprefix("duckdb://")
+        if local and local != ":memory:" and not Path(local).is_absolute():
+            updates["database"] = "duckdb://" + str(base / local)
+    return config.model_copy(update=updates) if updates else config

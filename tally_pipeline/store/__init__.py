@@ -1,0 +1,42 @@
+"""Stores: ``open_store(url)`` picks the backend from the URL."""
+
+from __future__ import annotations
+
+from tally_pipeline.store.base import (
+    RejectedEntry,
+    RejectedRow,
+    Store,
+    StoreBusy,
+    StoreError,
+    StoreUnavailable,
+    UnitOfWork,
+)
+
+__all__ = [
+    "RejectedEntry",
+    "RejectedRow",
+    "Store",
+    "StoreBusy",
+    "StoreError",
+    "StoreUnavailable",
+    "UnitOfWork",
+    "open_store",
+]
+
+
+def open_store(url: str, *, migrate: bool | None = None) -> Store:
+    """Open the store a database URL names.
+
+    ``duckdb://PATH`` (``duckdb://:memory:`` for a throw-away one) migrates itself by default: it
+    is the embedded default and nobody runs a migration step for it. ``postgresql://…`` does not:
+    production schema changes go through ``tally db migrate``.
+    """
+    if url.startswith("duckdb://"):
+        from tally_pipeline.store.duckdb_store import DuckDBStore
+
+        return DuckDBStore(url.removeprefix("duckdb://"), migrate=True if migrate is None else migrate)
+    if url.startswith(("postgresql://", "postgres://")):
+        from tally_pipeline.store.postgres_store import PostgresStore
+
+        return PostgresStore(url, migrate=bool(migrate))
+    raise ValueError(f"unsupported database URL {url!r}: use duckdb://PATH or postgresql://…")

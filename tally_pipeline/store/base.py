@@ -1,0 +1,167 @@
+"""The store contract: one interface, a DuckDB and a Postgres implementation behind it.
+
+A ``UnitOfWork`` is one transaction on one connection. ``Store.run`` opens one, hands it to a
+function, commits, and retries the whole unit when the backend reports a transient conflict
+(a DuckDB file held by another process, a write-write conflict, a Postgres serialization failure
+or deadlock). Everything that writes goes through ``run``; nothing holds a connection longer.
+"""
+
+from __future__ import annotations
+
+import abc
+import random
+import time
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, Literal, TypeVar
+
+from tally_pipeline.core.envelope import EventRecord
+
+T = TypeVar("T")
+Dialect = Literal["duckdb", "postgres"]
+
+
+class StoreError(RuntimeError):
+    """Base class of the store's own errors."""
+
+
+class StoreUnavailable(StoreError):
+    """The database cannot be reached or lost the connection; nothing of the unit was committed."""
+
+
+class StoreBusy(StoreError):
+    """The database stayed locked or conflicted past the retry budget; nothing was committed."""
+
+
+class TransientConflict(StoreError):
+    """Raised by a backend for a conflict that a retry of the whole unit can resolve."""
+
+
+@dataclass(frozen=True, slots=True)
+class RejectedRow:
+    """One dead-letter row to write: why, and the item exactly as received."""
+
+    reason: str
+    message: str
+    origin: str
+    raw: str | None
+    cloud: str | None = None
+    event_id: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class RejectedEntry:
+    """One dead-letter row as stored."""
+
+    id: int
+    received_at: datetime
+    reason: str
+    message: str
+    origin: str
+    cloud: str | None
+    event_id: str | None
+    raw: str | None
+
+
+class UnitOfWork(abc.ABC):
+    """One transaction. Methods are the only SQL that writes the event log and the dead letter."""
+
+    @abc.abstractmethod
+    def insert_events(self, records: Sequence[EventRecord], received_at: datetime) -> set[str]:
+        """Insert records whose event_id is new; return the ids inserted. Existing ids are left alone."""
+
+    @abc.abstractmethod
+    def content_hashes(self, event_ids: Sequence[str]) -> dict[str, str]:
+        """The stored content hash of each given event_id that exists."""
+
+    @abc.abstractmethod
+    def insert_rejections(self, rows: Sequence[RejectedRow], received_at: datetime) -> None:
+        """Append rows to the dead letter."""
+
+
+class Store(abc.ABC):
+    """A database holding the tally tables."""
+
+    dialect: Dialect
+    url: str
+    #: How long ``run`` keeps retrying a busy or conflicting unit before giving up with StoreBusy.
+    retry_budget_s: float = 30.0
+
+    @abc.abstractmethod
+    @contextmanager
+    def unit_of_work(self) -> Iterator[UnitOfWork]:
+        """One transaction: committed when the block ends, rolled back on an exception."""
+
+    def run(self, work: Callable[[UnitOfWork], T]) -> T:
+        """Run ``work`` in a unit of work, retrying the whole unit on transient conflicts."""
+        deadline = time.monotonic() + self.retry_budget_s
+        delay = 0.005
+        while True:
+            try:
+                with self.unit_of_work() as uow:
+                    return work(uow)
+            except TransientConflict as exc:
+                if time.monotonic() + delay > deadline:
+                    raise StoreBusy(f"database busy for {self.retry_budget_s:.0f}s: {exc}") from exc
+                time.sleep(delay * (0.5 + random.random()))  # jitter spreads out competing writers
+                delay = min(delay * 2, 0.5)
+
+    @abc.abstractmethod
+    def migrate(self) -> list[str]:
+        """Apply pending numbered migrations from ``sql/<dialect>/``; return the names applied."""
+
+    @abc.abstractmethod
+    def applied_migrations(self) -> list[str]:
+        """Names of the migrations already applied, oldest first."""
+
+    @abc.abstractmethod
+    def query(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
+        """Run a read-only parameterised query (``%s`` placeholders) and return all rows."""
+
+    def ping(self) -> None:
+        self.query("SELECT 1")
+
+    def close(self) -> None:  # noqa: B027 - backends without resources need nothing
+        """Release connections."""
+
+    # Reads shared by both backends: plain SQL that means the same in each dialect.
+
+    def event_count(self) -> int:
+        return int(self.query("SELECT count(*) FROM events")[0][0])
+
+    def rejected(
+        self,
+        *,
+        cloud: str | None = None,
+        reason: str | None = None,
+        since: datetime | None = None,
+        before_id: int | None = None,
+        limit: int = 100,
+    ) -> list[RejectedEntry]:
+        """The dead letter, newest first, filtered; ``before_id`` continues a previous page."""
+        clauses, params = [], []
+        for column, value in (("cloud", cloud), ("reason", reason)):
+            if value is not None:
+                clauses.append(f"{column} = %s")
+                params.append(value)
+        if since is not None:
+            clauses.append("received_at >= %s")
+            params.append(since)
+        if before_id is not None:
+            clauses.append("id < %s")
+            params.append(before_id)
+        where = f"WHERE {' AND '.join(clauses)}" if clauses else ""
+        rows = self.query(
+            "SELECT id, received_at, reason, message, origin, cloud, event_id, raw "
+            f"FROM rejected_events {where} ORDER BY id DESC LIMIT %s",
+            [*params, limit],
+        )
+        return [RejectedEntry(*row) for row in rows]
+
+    def __enter__(self) -> Store:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

@@ -1,0 +1,214 @@
+"""The embedded default: a DuckDB file, opened per unit of work.
+
+A DuckDB file admits one process at a time (even read-only), so nothing here keeps it open:
+each unit of work connects, retrying with backoff while another process holds the lock, and
+closes when done. ``:memory:`` keeps one database for the life of the store (tests, benchmarks).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import duckdb
+import pyarrow as pa
+
+from tally_pipeline.core.envelope import EventRecord
+from tally_pipeline.store.base import (
+    RejectedRow,
+    Store,
+    StoreBusy,
+    StoreUnavailable,
+    TransientConflict,
+    UnitOfWork,
+)
+from tally_pipeline.store.migrations import MIGRATIONS_TABLE, migrations_for
+
+_UTC_US = pa.timestamp("us", tz="UTC")
+
+
+def _params(sql: str) -> str:
+    """Queries are written with psycopg's ``%s``; DuckDB wants ``?``."""
+    return sql.replace("%s", "?")
+
+
+def _connect(path: str) -> duckdb.DuckDBPyConnection:
+    con = duckdb.connect(path)
+    # Timestamps are stored and shown in UTC whatever the machine's zone (ICU loads after connect).
+    con.execute("SET TimeZone = 'UTC'")
+    return con
+
+
+def _is_lock_error(exc: Exception) -> bool:
+    text = str(exc)
+    return "lock" in text.lower() and ("Could not set lock" in text or "Conflicting lock" in text)
+
+
+class DuckDBUnitOfWork(UnitOfWork):
+    def __init__(self, con: duckdb.DuckDBPyConnection):
+        self.con = con
+
+    def execute(self, sql: str, params: Sequence[Any] = ()) -> duckdb.DuckDBPyConnection:
+        return self.con.execute(_params(sql), list(params))
+
+    def fetchall(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
+        return self.execute(sql, params).fetchall()
+
+    def insert_events(self, records: Sequence[EventRecord], received_at: datetime) -> set[str]:
+        if not records:
+            return set()
+        batch = pa.table(
+            {
+                "event_id": [r.event_id for r in records],
+                "event_type": [r.event_type for r in records],
+                "verb": [r.verb for r in records],
+                "cloud": [r.cloud for r in records],
+                "resource_type": [r.resource_type for r in records],
+                "resource_id": [r.resource_id for r in records],
+                "project_id": pa.array([r.project_id for r in records], pa.string()),
+                "occurred_at": pa.array([r.occurred_at for r in records], _UTC_US),
+                "source": [r.source for r in records],
+                "payload": [r.payload_json for r in records],
+                "content_hash": [r.content_hash for r in records],
+            }
+        )
+        self.con.register("_ingest_batch", batch)
+        try:
+            rows = self.con.execute(
+                """
+                INSERT INTO events (event_id, event_type, verb, cloud, resource_type, resource_id,
+                                    project_id, occurred_at, source, payload, content_hash, received_at)
+                SELECT event_id, event_type, verb, cloud, resource_type, resource_id,
+                       project_id, occurred_at, source, payload::JSON, content_hash, ?
+                FROM _ingest_batch
+                ON CONFLICT DO NOTHING
+                RETURNING event_id
+                """,
+                [received_at],
+            ).fetchall()
+        finally:
+            self.con.unregister("_ingest_batch")
+        return {row[0] for row in rows}
+
+    def content_hashes(self, event_ids: Sequence[str]) -> dict[str, str]:
+        if not event_ids:
+            return {}
+        rows = self.con.execute(
+            "SELECT event_id, content_hash FROM events WHERE event_id IN (SELECT unnest(?))",
+            [list(event_ids)],
+        ).fetchall()
+        return dict(rows)
+
+    def insert_rejections(self, rows: Sequence[RejectedRow], received_at: datetime) -> None:
+        if not rows:
+            return
+        self.con.executemany(
+            "INSERT INTO rejected_events (received_at, reason, message, origin, cloud, event_id, raw) "
+            "VALUES (?, ?, ?, ?, ?, ?, ?)",
+            [[received_at, r.reason, r.message, r.origin, r.cloud, r.event_id, r.raw] for r in rows],
+        )
+
+
+class DuckDBStore(Store):
+    dialect = "duckdb"
+
+    def __init__(self, path: str | Path, *, migrate: bool = True, retry_budget_s: float = 30.0):
+        self.path = str(path)
+        self.url = f"duckdb://{self.path}"
+        self.retry_budget_s = retry_budget_s
+        self._memory: duckdb.DuckDBPyConnection | None = None
+        # One writer at a time inside this process: DuckDB would let two threads race and then
+        # abort one at commit; queueing them here turns that into a short wait instead.
+        self._write_lock = threading.RLock()
+        if self.path in ("", ":memory:"):
+            self._memory = _connect(":memory:")
+        else:
+            Path(self.path).parent.mkdir(parents=True, exist_ok=True)
+        if migrate:
+            self.migrate()
+
+    @contextmanager
+    def connection(self) -> Iterator[duckdb.DuckDBPyConnection]:
+        """A connection for one unit of work, waiting with backoff while another process holds the file."""
+        if self._memory is not None:
+            cursor = self._memory.cursor()
+            try:
+                yield cursor
+            finally:
+                cursor.close()
+            return
+        deadline = time.monotonic() + self.retry_budget_s
+        delay = 0.01
+        while True:
+            try:
+                con = _connect(self.path)
+                break
+            except duckdb.IOException as exc:
+                if not _is_lock_error(exc):
+                    raise StoreUnavailable(f"cannot open {self.path}: {exc}") from exc
+                if time.monotonic() + delay > deadline:
+                    raise StoreBusy(
+                        f"{self.path} stayed locked by another process for {self.retry_budget_s:.0f}s "
+                        "(an embedded DuckDB file admits one process at a time; use Postgres for concurrent use)"
+                    ) from exc
+                time.sleep(delay)
+                delay = min(delay * 2, 0.25)
+        try:
+            yield con
+        finally:
+            con.close()
+
+    @contextmanager
+    def unit_of_work(self) -> Iterator[DuckDBUnitOfWork]:
+        with self._write_lock, self.connection() as con:
+            con.execute("BEGIN TRANSACTION")
+            try:
+                yield DuckDBUnitOfWork(con)
+            except BaseException:
+                con.execute("ROLLBACK")
+                raise
+            try:
+                con.execute("COMMIT")
+            except (duckdb.TransactionException, duckdb.ConstraintException) as exc:
+                raise TransientConflict(str(exc)) from exc
+
+    def query(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
+        with self.connection() as con:
+            return con.execute(_params(sql), list(params)).fetchall()
+
+    def applied_migrations(self) -> list[str]:
+        with self.connection() as con:
+            con.execute(MIGRATIONS_TABLE)
+            return [row[0] for row in con.execute("SELECT name FROM schema_migrations ORDER BY version").fetchall()]
+
+    def migrate(self) -> list[str]:
+        applied: list[str] = []
+        with self._write_lock, self.connection() as con:
+            con.execute(MIGRATIONS_TABLE)
+            done = {row[0] for row in con.execute("SELECT version FROM schema_migrations").fetchall()}
+            for migration in migrations_for(self.dialect):
+                if migration.version in done:
+                    continue
+                con.execute("BEGIN TRANSACTION")
+                try:
+                    con.execute(migration.sql)
+                    con.execute(
+                        "INSERT INTO schema_migrations (version, name) VALUES (?, ?)",
+                        [migration.version, migration.name],
+                    )
+                    con.execute("COMMIT")
+                except BaseException:
+                    con.execute("ROLLBACK")
+                    raise
+                applied.append(migration.name)
+        return applied
+
+    def close(self) -> None:
+        if self._memory is not None:
+            self._memory.close()
+            self._memory = None

@@ -1,0 +1,102 @@
+"""Shared fixtures: stores on both backends, a fresh Postgres database per test session."""
+
+from __future__ import annotations
+
+import os
+import uuid
+from collections.abc import Iterator
+
+import psycopg
+import pytest
+
+from tally_pipeline.schemas import default_registry
+from tally_pipeline.store import Store, open_store
+
+DEFAULT_DSN = "postgresql://postgres@127.0.0.1:5432/postgres"
+
+
+def admin_dsn() -> str:
+    return os.environ.get("TALLY_TEST_POSTGRES_DSN", DEFAULT_DSN)
+
+
+def _with_dbname(dsn: str, dbname: str) -> str:
+    info = psycopg.conninfo.conninfo_to_dict(dsn)
+    info["dbname"] = dbname
+    return psycopg.conninfo.make_conninfo(**info)
+
+
+def _postgres_reachable() -> str | None:
+    try:
+        with psycopg.connect(admin_dsn(), connect_timeout=3):
+            return None
+    except psycopg.Error as exc:
+        return str(exc).strip()
+
+
+@pytest.fixture(scope="session")
+def postgres_server() -> str:
+    """The admin DSN of the test server; skips (or fails under CI=true) when it does not answer."""
+    problem = _postgres_reachable()
+    if problem is not None:
+        message = f"PostgreSQL not reachable at TALLY_TEST_POSTGRES_DSN ({problem})"
+        if os.environ.get("CI", "").lower() in ("1", "true", "yes"):
+            pytest.fail(message)
+        pytest.skip(message)
+    return admin_dsn()
+
+
+class PostgresDatabases:
+    """Creates uniquely named databases on the test server and drops them at the end."""
+
+    def __init__(self, admin: str):
+        self.admin = admin
+        self.created: list[str] = []
+
+    def create(self) -> str:
+        name = f"tally_test_{uuid.uuid4().hex[:12]}"
+        with psycopg.connect(self.admin, autocommit=True) as conn:
+            conn.execute(f'CREATE DATABASE "{name}"')
+        self.created.append(name)
+        return _with_dbname(self.admin, name)
+
+    def drop_all(self) -> None:
+        with psycopg.connect(self.admin, autocommit=True) as conn:
+            for name in self.created:
+                conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+        self.created.clear()
+
+
+@pytest.fixture(scope="session")
+def pg_databases(postgres_server: str) -> Iterator[PostgresDatabases]:
+    dbs = PostgresDatabases(postgres_server)
+    yield dbs
+    dbs.drop_all()
+
+
+@pytest.fixture
+def pg_url(pg_databases: PostgresDatabases) -> str:
+    """A fresh, empty Postgres database for one test (migrations not applied)."""
+    return pg_databases.create()
+
+
+@pytest.fixture
+def registry():
+    return default_registry()
+
+
+@pytest.fixture(params=["duckdb", "postgres"])
+def store_url(request: pytest.FixtureRequest, tmp_path) -> str:
+    """A database URL on each backend: a DuckDB file in tmp_path, or a fresh Postgres database."""
+    if request.param == "duckdb":
+        return f"duckdb://{tmp_path / 'tally.duckdb'}"
+    return request.getfixturevalue("pg_url")
+
+
+@pytest.fixture
+def store(store_url: str) -> Iterator[Store]:
+    """A migrated store on each backend."""
+    s = open_store(store_url, migrate=True)
+    try:
+        yield s
+    finally:
+        s.close()

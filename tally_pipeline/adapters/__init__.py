@@ -1,0 +1,1 @@
+"""Platform adapters: how reconciliation sees what a cloud really holds."""

@@ -1,0 +1,84 @@
+"""The ``tally`` command. Every command takes ``--config FILE`` (or ``$TALLY_CONFIG``) and ``--database URL``."""
+
+from __future__ import annotations
+
+import functools
+import sys
+from collections.abc import Callable
+from typing import Any
+
+import click
+
+from tally_pipeline.config import ConfigError
+from tally_pipeline.core.registry import RegistryError
+from tally_pipeline.runtime import Runtime
+from tally_pipeline.store import StoreError
+
+
+def with_runtime(command: Callable[..., Any]) -> Callable[..., Any]:
+    """Add ``--config`` and ``--database`` to a command and pass it a ``Runtime`` as ``rt``.
+
+    Configuration and store errors become one clear line on stderr and exit status 2.
+    """
+
+    @click.option(
+        "--config",
+        "config_path",
+        envvar="TALLY_CONFIG",
+        type=click.Path(dir_okay=False),
+        help="Configuration file (YAML). Default: $TALLY_CONFIG, else the embedded default.",
+    )
+    @click.option("--database", help="Database URL (duckdb://PATH or postgresql://…); overrides the config file.")
+    @functools.wraps(command)
+    def wrapper(*args: Any, config_path: str | None, database: str | None, **kwargs: Any) -> Any:
+        try:
+            rt = Runtime.load(config_path, database=database)
+        except (ConfigError, RegistryError) as exc:
+            raise click.ClickException(str(exc)) from None
+        try:
+            return command(*args, rt=rt, **kwargs)
+        except (StoreError, RegistryError) as exc:
+            raise click.ClickException(str(exc)) from None
+        finally:
+            rt.close()
+
+    return wrapper
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(package_name="tally-pipeline")
+def main() -> None:
+    """tally: usage metering for clouds — events, reconciliation, projections and a convergent ledger."""
+
+
+@main.group()
+def db() -> None:
+    """Database schema."""
+
+
+@db.command("migrate")
+@with_runtime
+def db_migrate(rt: Runtime) -> None:
+    """Apply pending migrations from sql/<dialect>/ (Postgres needs this; DuckDB does it on open)."""
+    from tally_pipeline.store import open_store
+
+    with open_store(rt.config.database, migrate=False) as store:
+        applied = store.migrate()
+        names = store.applied_migrations()
+    for name in applied:
+        click.echo(f"applied {name}")
+    click.echo(f"{store.dialect}: {len(names)} migrations applied, {len(applied)} new")
+
+
+def _register_subcommands() -> None:
+    """Commands that live beside the code they drive."""
+    from tally_pipeline import commands
+
+    commands.register(main)
+
+
+_register_subcommands()
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

@@ -1,0 +1,35 @@
+"""Which platform statuses mean "in transition": a change the platform is still making.
+
+Reconciliation defers any difference on such a resource (its notification may still be on the
+way). The sets follow each OpenStack service's own status vocabulary; the simulator speaks the same
+vocabulary, so both adapters share these rules. Matching is case-insensitive.
+"""
+
+from __future__ import annotations
+
+_TRANSITIONAL: dict[str, frozenset[str]] = {
+    "instance": frozenset(
+        {"build", "reboot", "hard_reboot", "rebuild", "migrating", "resize", "revert_resize",
+         "verify_resize", "password", "deleting"}
+    ),
+    "volume": frozenset(
+        {"creating", "attaching", "detaching", "deleting", "extending", "retyping", "downloading",
+         "uploading", "backing-up", "restoring-backup", "maintenance", "awaiting-transfer", "reserved"}
+    ),
+    "image": frozenset({"queued", "saving", "uploading", "importing", "pending_delete"}),
+    "load_balancer": frozenset({"pending_create", "pending_update", "pending_delete"}),
+    "floating_ip": frozenset(),
+}
+
+
+def in_transition(resource_type: str, status: str | None, task_state: str | None = None) -> bool:
+    """True when the platform is still changing the resource.
+
+    Nova shows a server being deleted as ACTIVE with task_state ``deleting``, so for instances any
+    non-empty task_state counts as a transition too. Unknown types have no transitional statuses.
+    """
+    if resource_type == "instance" and task_state:
+        return True
+    if not status:
+        return False
+    return status.lower() in _TRANSITIONAL.get(resource_type, frozenset())

@@ -196,6 +196,11 @@ class Ingestor:
                 outcome.rejected += 1
         return outcome
 
+    def dead_letter(self, rows: Sequence[RejectedRow]) -> None:
+        """Record things refused before they were items (a body that is not JSON, a bad file line)."""
+        if rows:
+            self.store.run(lambda uow: uow.insert_rejections(rows, self.clock()))
+
     def ingest_stream(
         self,
         items: Iterable[Any],

@@ -116,6 +116,21 @@ class Store(abc.ABC):
     def applied_migrations(self) -> list[str]:
         """Names of the migrations already applied, oldest first."""
 
+    def pending_migrations(self) -> list[str]:
+        """Migrations shipped with this version but not yet applied."""
+        from tally_pipeline.store.migrations import migrations_for
+
+        applied = set(self.applied_migrations())
+        return [m.name for m in migrations_for(self.dialect) if m.name not in applied]
+
+    def require_current_schema(self) -> None:
+        """Fail clearly when the database lags the code (Postgres is migrated by ``tally db migrate``)."""
+        pending = self.pending_migrations()
+        if pending:
+            raise StoreError(
+                f"database {self.url} is missing migrations {', '.join(pending)}: run `tally db migrate`"
+            )
+
     @abc.abstractmethod
     def query(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
         """Run a read-only parameterised query (``%s`` placeholders) and return all rows."""

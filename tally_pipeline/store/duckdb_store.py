@@ -91,9 +91,20 @@ class DuckDBUnitOfWork(UnitOfWork):
                 """,
                 [received_at],
             ).fetchall()
+            inserted = {row[0] for row in rows}
+            if inserted:
+                self.con.execute(
+                    """
+                    INSERT INTO projection_dirty (cloud, resource_type, resource_id)
+                    SELECT DISTINCT cloud, resource_type, resource_id FROM _ingest_batch
+                    WHERE event_id IN (SELECT unnest(?))
+                    ON CONFLICT DO UPDATE SET generation = generation + 1
+                    """,
+                    [list(inserted)],
+                )
         finally:
             self.con.unregister("_ingest_batch")
-        return {row[0] for row in rows}
+        return inserted
 
     def content_hashes(self, event_ids: Sequence[str]) -> dict[str, str]:
         if not event_ids:

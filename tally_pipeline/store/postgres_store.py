@@ -70,16 +70,26 @@ class PostgresUnitOfWork(UnitOfWork):
                     (r.event_id, r.event_type, r.verb, r.cloud, r.resource_type, r.resource_id,
                      r.project_id, r.occurred_at, r.source, r.payload_json, r.content_hash)
                 )
+        # One statement: store the new events and mark their resources for the next projection
+        # refresh. Rows are taken in key order so concurrent writers lock in the same order.
         rows = cur.execute(
             """
-            INSERT INTO events (event_id, event_type, verb, cloud, resource_type, resource_id,
-                                project_id, occurred_at, source, payload, content_hash, received_at)
-            SELECT event_id, event_type, verb, cloud, resource_type, resource_id,
-                   project_id, occurred_at, source, payload::jsonb, content_hash, %s
-            FROM _ingest_stage
-            ORDER BY event_id
-            ON CONFLICT (event_id) DO NOTHING
-            RETURNING event_id
+            WITH ins AS (
+                INSERT INTO events (event_id, event_type, verb, cloud, resource_type, resource_id,
+                                    project_id, occurred_at, source, payload, content_hash, received_at)
+                SELECT event_id, event_type, verb, cloud, resource_type, resource_id,
+                       project_id, occurred_at, source, payload::jsonb, content_hash, %s
+                FROM _ingest_stage
+                ORDER BY event_id
+                ON CONFLICT (event_id) DO NOTHING
+                RETURNING event_id, cloud, resource_type, resource_id
+            ), marks AS (
+                INSERT INTO projection_dirty (cloud, resource_type, resource_id)
+                SELECT DISTINCT cloud, resource_type, resource_id FROM ins ORDER BY 1, 2, 3
+                ON CONFLICT (cloud, resource_type, resource_id)
+                DO UPDATE SET generation = projection_dirty.generation + 1
+            )
+            SELECT event_id FROM ins
             """,
             (received_at,),
         ).fetchall()

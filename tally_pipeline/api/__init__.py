@@ -1,0 +1,1 @@
+"""The ingest and query HTTP API (Starlette, served by uvicorn)."""

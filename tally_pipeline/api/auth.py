@@ -1,0 +1,117 @@
+"""Bearer tokens with scopes, read from a YAML tokens file.
+
+``tokens: [{token: SECRET, scopes: [...]}, {token_sha256: HEX, scopes: [...]}]``. Secrets are held
+only as SHA-256 digests and every presented token is compared with every known digest in
+constant time, so neither timing nor an early exit tells which token nearly matched.
+
+Scopes: ``ingest:<cloud>`` / ``ingest:*`` (write events for a cloud), ``read`` (queries, the dead
+letter), ``admin`` (internal calls such as a sync). Scopes are independent: admin does not imply read.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import ipaddress
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+SCOPE_PATTERN = re.compile(r"^(read|admin|ingest:\*|ingest:[A-Za-z0-9_.-]{1,63})$")
+
+
+class TokensFileError(ValueError):
+    pass
+
+
+class _TokenEntry(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    name: str | None = None
+    token: str | None = Field(default=None, min_length=16)
+    token_sha256: str | None = Field(default=None, pattern=r"^[0-9a-fA-F]{64}$")
+    scopes: list[str] = Field(min_length=1)
+
+    @model_validator(mode="after")
+    def _one_secret(self) -> _TokenEntry:
+        if (self.token is None) == (self.token_sha256 is None):
+            raise ValueError("give exactly one of token or token_sha256")
+        for scope in self.scopes:
+            if not SCOPE_PATTERN.match(scope):
+                raise ValueError(f"unknown scope {scope!r} (read, admin, ingest:*, ingest:<cloud>)")
+        return self
+
+
+class _TokensFile(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    tokens: list[_TokenEntry]
+
+
+@dataclass(frozen=True)
+class Principal:
+    """Who is calling and what they may do."""
+
+    name: str
+    scopes: frozenset[str]
+
+    def has(self, scope: str) -> bool:
+        return scope in self.scopes
+
+    def may_ingest(self, cloud: str) -> bool:
+        return "ingest:*" in self.scopes or f"ingest:{cloud}" in self.scopes
+
+    def may_ingest_any(self) -> bool:
+        return any(s.startswith("ingest:") for s in self.scopes)
+
+
+ANONYMOUS_LOCAL = Principal("anonymous (loopback, no tokens file)", frozenset({"read", "admin", "ingest:*"}))
+
+
+def digest(token: str) -> bytes:
+    return hashlib.sha256(token.encode("utf-8")).digest()
+
+
+class TokenBook:
+    """The known tokens. ``None`` as a book means "no tokens file": anonymous local use."""
+
+    def __init__(self, entries: list[tuple[bytes, Principal]]):
+        self._entries = entries
+
+    @classmethod
+    def load(cls, path: str | Path) -> TokenBook:
+        try:
+            data = yaml.safe_load(Path(path).read_text(encoding="utf-8"))
+        except OSError as exc:
+            raise TokensFileError(f"cannot read tokens file {str(path)!r}: {exc.strerror}") from None
+        except yaml.YAMLError as exc:
+            raise TokensFileError(f"{path}: not valid YAML: {exc}") from None
+        try:
+            parsed = _TokensFile.model_validate(data)
+        except ValidationError as exc:
+            first = exc.errors(include_url=False)[0]
+            where = ".".join(str(p) for p in first["loc"])
+            raise TokensFileError(f"{path}: {where}: {first['msg']}") from None
+        entries = []
+        for i, entry in enumerate(parsed.tokens):
+            secret = digest(entry.token) if entry.token is not None else bytes.fromhex(entry.token_sha256 or "")
+            entries.append((secret, Principal(entry.name or f"token #{i + 1}", frozenset(entry.scopes))))
+        return cls(entries)
+
+    def authenticate(self, presented: str) -> Principal | None:
+        candidate = digest(presented)
+        found: Principal | None = None
+        for secret, principal in self._entries:  # no early exit: the same work for every token
+            if hmac.compare_digest(candidate, secret):
+                found = principal
+        return found
+
+
+def is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False

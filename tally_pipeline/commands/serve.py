@@ -1,0 +1,39 @@
+"""``tally serve``: the ingest and query API."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from tally_pipeline.api.auth import TokensFileError
+from tally_pipeline.api.server import ServeRefused, build_app, check_bind
+from tally_pipeline.cli import with_runtime
+from tally_pipeline.runtime import Runtime
+
+
+@click.command("serve")
+@click.option("--host", default=None, help="Address to bind (default: api.host from the config, 127.0.0.1).")
+@click.option("--port", type=int, default=None, help="Port (default: api.port from the config, 8080).")
+@click.option("--tokens-file", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="YAML tokens file (overrides tokens_file in the config).")
+@click.option("--log-level", default="info", show_default=True)
+@with_runtime
+def serve(rt: Runtime, host: str | None, port: int | None, tokens_file: Path | None, log_level: str) -> None:
+    """Serve the HTTP API (POST /v1/events, queries, /healthz, /metrics) with uvicorn."""
+    import uvicorn
+
+    host = host or rt.config.api.host
+    port = rt.config.api.port if port is None else port
+    tokens_path = tokens_file or rt.config.tokens_file
+    try:
+        check_bind(host, tokens_path)
+        app = build_app(rt, tokens_file=tokens_path)
+    except (ServeRefused, TokensFileError) as exc:
+        raise click.ClickException(str(exc)) from None
+    click.echo(f"tally API on http://{host}:{port} ({rt.store.dialect}: {rt.store.url})", err=True)
+    uvicorn.run(app, host=host, port=port, log_level=log_level, access_log=False)
+
+
+def register(main: click.Group) -> None:
+    main.add_command(serve)

@@ -1,0 +1,199 @@
+"""Landing files: JSON lines, or one ``{"events": [...]}`` document, optionally gzip-compressed.
+
+Read in constant memory (an event at a time), so a file of millions of events streams through the
+ingest core in batches. A line that is not JSON is not an event: it goes to the dead letter with its
+line number and the reading carries on.
+"""
+
+from __future__ import annotations
+
+import codecs
+import gzip
+import io
+import json
+import re
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO, Any
+
+import orjson
+
+_BATCH_DOC = re.compile(rb'^\s*\{\s*"events"\s*:\s*\[')
+_CHUNK = 1 << 16
+
+
+@dataclass(frozen=True)
+class BadLine:
+    """A piece of a landing file that could not be read as an item."""
+
+    line: int
+    raw: str
+    reason: str
+    message: str
+
+
+class LandingFileError(ValueError):
+    pass
+
+
+def read_items(stream: IO[bytes]) -> Iterator[Any | BadLine]:
+    """Yield each event item of a landing file (a parsed JSON value), or a ``BadLine``."""
+    buffered = io.BufferedReader(stream) if not isinstance(stream, io.BufferedReader) else stream  # type: ignore[arg-type]
+    head = buffered.peek(256)[:256]
+    if _BATCH_DOC.match(head):
+        yield from _read_document(buffered)
+    else:
+        yield from _read_lines(buffered)
+
+
+def _read_lines(stream: IO[bytes]) -> Iterator[Any | BadLine]:
+    for number, line in enumerate(stream, start=1):
+        if not line.strip():
+            continue
+        try:
+            yield orjson.loads(line)
+        except orjson.JSONDecodeError as exc:
+            text = line.decode("utf-8", errors="backslashreplace").rstrip("\r\n").replace("\x00", "\\u0000")
+            yield BadLine(number, text, "invalid_json", f"invalid_json: line {number}: {exc}")
+
+
+def _read_document(stream: IO[bytes]) -> Iterator[Any | BadLine]:
+    """Stream the elements of ``{"events": [...]}`` one at a time with a sliding buffer."""
+    decoder = json.JSONDecoder()
+    utf8 = codecs.getincrementaldecoder("utf-8")(errors="surrogateescape")
+    text = ""
+    pos = 0
+    eof = False
+
+    def fill() -> bool:
+        # Drop what has been consumed only when refilling, so each element costs no copy.
+        nonlocal text, pos, eof
+        chunk = stream.read(_CHUNK)
+        if not chunk:
+            eof = True
+            text = text[pos:] + utf8.decode(b"", final=True)
+            pos = 0
+            return False
+        text = text[pos:] + utf8.decode(chunk)
+        pos = 0
+        return True
+
+    while len(text) < 256 and fill():
+        pass
+    start = re.match(r'^\s*\{\s*"events"\s*:\s*\[', text)
+    if start is None:
+        raise LandingFileError('expected a document starting with {"events": [')
+    pos = start.end()
+    index = 0
+    while True:
+        while True:  # skip whitespace and the comma between elements
+            while pos < len(text) and text[pos] in " \t\r\n,":
+                pos += 1
+            if pos < len(text) or eof or not fill():
+                break
+        if pos >= len(text):
+            raise LandingFileError(f"file ends inside the events array (after {index} items)")
+        if text[pos] == "]":
+            return
+        while True:
+            try:
+                value, end = decoder.raw_decode(text, pos)
+                # A number at the very end of the buffer may continue in the next chunk.
+                if end < len(text) or eof:
+                    break
+                if not fill():
+                    continue
+            except json.JSONDecodeError as exc:
+                if eof or not fill():
+                    raise LandingFileError(f"events[{index}] is not valid JSON: {exc.msg}") from None
+        yield value
+        index += 1
+        pos = end
+
+
+@dataclass
+class FileSummary:
+    path: str
+    items: int = 0
+    stored: int = 0
+    duplicates: int = 0
+    rejected: int = 0
+    reasons: dict[str, int] | None = None
+    error: str | None = None
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "path": self.path,
+            "items": self.items,
+            "stored": self.stored,
+            "duplicates": self.duplicates,
+            "rejected": self.rejected,
+            "reasons": dict(sorted((self.reasons or {}).items())),
+            "error": self.error,
+        }
+
+
+def ingest_file(
+    ingestor: Any,
+    path: Path,
+    *,
+    origin: str | None = None,
+    batch_size: int = 1000,
+    progress: Any = None,
+) -> FileSummary:
+    """Stream one landing file through the ingest core, one transaction per batch.
+
+    ``progress(n_bytes)`` is called with the bytes of the (compressed) file read so far.
+    Unreadable pieces go to the dead letter; a document that breaks mid-way stops the file with
+    ``error`` set, keeping every batch already committed.
+    """
+    from tally_pipeline.store.base import RejectedRow
+
+    origin = origin or f"file:{path.name}"
+    summary = FileSummary(str(path), reasons={})
+    raw_file = path.open("rb")
+    try:
+        stream: IO[bytes] = raw_file
+        if raw_file.read(2) == b"\x1f\x8b":
+            raw_file.seek(0)
+            stream = gzip.GzipFile(fileobj=raw_file)  # type: ignore[assignment]
+        else:
+            raw_file.seek(0)
+        batch: list[Any] = []
+        bad: list[RejectedRow] = []
+
+        def flush() -> None:
+            if bad:
+                ingestor.dead_letter(list(bad))
+                summary.rejected += len(bad)
+                for row in bad:
+                    summary.reasons[row.reason] = summary.reasons.get(row.reason, 0) + 1  # type: ignore[index]
+                bad.clear()
+            if batch:
+                outcome = ingestor.ingest(batch, origin=origin)
+                summary.stored += outcome.stored
+                summary.duplicates += outcome.duplicates
+                summary.rejected += outcome.rejected
+                for result in outcome.results:
+                    if result.reason:
+                        summary.reasons[result.reason] = summary.reasons.get(result.reason, 0) + 1  # type: ignore[index]
+                batch.clear()
+            if progress is not None:
+                progress(raw_file.tell())
+
+        try:
+            for item in read_items(stream):
+                summary.items += 1
+                if isinstance(item, BadLine):
+                    bad.append(RejectedRow(item.reason, item.message, origin, item.raw))
+                else:
+                    batch.append(item)
+                if len(batch) + len(bad) >= batch_size:
+                    flush()
+        except (LandingFileError, OSError, EOFError) as exc:
+            summary.error = str(exc)
+        flush()
+    finally:
+        raw_file.close()
+    return summary

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import uuid
+from urllib.parse import quote
 from collections.abc import Iterator
 
 import psycopg
@@ -20,9 +21,15 @@ def admin_dsn() -> str:
 
 
 def _with_dbname(dsn: str, dbname: str) -> str:
+    """The same server as ``dsn`` (a postgresql:// URL or key=value string), another database, as a URL."""
     info = psycopg.conninfo.conninfo_to_dict(dsn)
-    info["dbname"] = dbname
-    return psycopg.conninfo.make_conninfo(**info)
+    user = quote(str(info.get("user", "postgres")))
+    password = f":{quote(str(info['password']))}" if info.get("password") else ""
+    host = info.get("host", "127.0.0.1")
+    port = info.get("port", 5432)
+    if str(host).startswith("/"):
+        return f"postgresql://{user}{password}@/{dbname}?host={quote(str(host))}&port={port}"
+    return f"postgresql://{user}{password}@{host}:{port}/{dbname}"
 
 
 def _postgres_reachable() -> str | None:

@@ -1,0 +1,1 @@
+"""Dagster wiring only: assets, jobs, schedules, sensors, checks and resources over core/ and store/."""

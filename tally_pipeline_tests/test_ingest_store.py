@@ -115,20 +115,6 @@ def test_stream_commits_batch_by_batch(ingestor, store) -> None:
     assert store.event_count() == 2500
 
 
-def test_stored_events_mark_their_resources_for_the_projection(ingestor, store) -> None:
-    a = event(resource_id="r-1")
-    b = event(resource_id="r-1", event_type="compute.instance.delete.end")
-    c = event(resource_id="r-2")
-    ingestor.ingest([a, b, c], origin="test")
-    marks = store.query("SELECT resource_id, generation FROM projection_dirty ORDER BY resource_id")
-    assert [m[0] for m in marks] == ["r-1", "r-2"]
-    ingestor.ingest([a], origin="test")  # a duplicate touches nothing
-    assert store.query("SELECT resource_id, generation FROM projection_dirty ORDER BY resource_id") == marks
-    ingestor.ingest([event(resource_id="r-2", event_type="compute.instance.delete.end")], origin="test")
-    after = dict(store.query("SELECT resource_id, generation FROM projection_dirty"))
-    assert after["r-2"] == dict(marks)["r-2"] + 1
-
-
 def test_dead_letter_pages_newest_first(ingestor, store) -> None:
     for i in range(5):
         ingestor.ingest([event(cloud="c-x", colour=i)], origin="test")
@@ -157,6 +143,5 @@ def test_a_failing_batch_commits_nothing(backend, pg_url, registry) -> None:
         with pytest.raises(Exception, match="dead letter broken"):
             ingestor.ingest([event(), event(colour="x")], origin="test")
         assert store.event_count() == 0
-        assert store.query("SELECT count(*) FROM projection_dirty")[0][0] == 0
     finally:
         store.close()

@@ -13,7 +13,6 @@ CREATE TABLE current_resources (
     event_count   INTEGER     NOT NULL,
     PRIMARY KEY (cloud, resource_type, resource_id)
 );
-CREATE INDEX current_resources_by_status ON current_resources (cloud, status, resource_type);
 
 CREATE TABLE resource_intervals (
     cloud         TEXT        NOT NULL,
@@ -22,19 +21,15 @@ CREATE TABLE resource_intervals (
     interval_no   INTEGER     NOT NULL,
     lifecycle_no  INTEGER     NOT NULL,
     project_id    TEXT        NOT NULL,
-    size          JSON       NOT NULL,
+    size          JSON        NOT NULL,
     start_at      TIMESTAMPTZ NOT NULL,
     end_at        TIMESTAMPTZ,
     PRIMARY KEY (cloud, resource_type, resource_id, interval_no)
 );
-CREATE INDEX resource_intervals_by_project ON resource_intervals (cloud, project_id, resource_type);
 
--- Resources touched by events stored since the last refresh. The generation lets a refresh delete
--- only the marks it has folded: a mark bumped meanwhile survives for the next refresh.
-CREATE TABLE projection_dirty (
-    cloud         TEXT   NOT NULL,
-    resource_type TEXT   NOT NULL,
-    resource_id   TEXT   NOT NULL,
-    generation    BIGINT NOT NULL DEFAULT 0,
-    PRIMARY KEY (cloud, resource_type, resource_id)
+-- How far the projection has folded the event log: every event with seq <= watermark is folded.
+CREATE TABLE projection_state (
+    name      TEXT   NOT NULL PRIMARY KEY,
+    watermark BIGINT NOT NULL
 );
+INSERT INTO projection_state VALUES ('resources', 0);

@@ -29,12 +29,14 @@ CREATE TABLE resource_intervals (
 );
 CREATE INDEX resource_intervals_by_project ON resource_intervals (cloud, project_id, resource_type);
 
--- Resources touched by events stored since the last refresh. The generation lets a refresh delete
--- only the marks it has folded: a mark bumped meanwhile survives for the next refresh.
-CREATE TABLE projection_dirty (
-    cloud         TEXT   NOT NULL,
-    resource_type TEXT   NOT NULL,
-    resource_id   TEXT   NOT NULL,
-    generation    BIGINT NOT NULL DEFAULT 0,
-    PRIMARY KEY (cloud, resource_type, resource_id)
+-- How far the projection has folded the event log: every event with seq <= watermark is folded.
+-- Ingest holds a shared advisory lock while it writes; the refresh takes it exclusively for an
+-- instant to read a sequence value below which every event is committed (seq is not commit order).
+CREATE TABLE projection_state (
+    name      TEXT   NOT NULL PRIMARY KEY,
+    watermark BIGINT NOT NULL
 );
+INSERT INTO projection_state VALUES ('resources', 0);
+
+-- The refresh finds the resources touched since the watermark by seq.
+CREATE INDEX events_by_seq ON events (seq);

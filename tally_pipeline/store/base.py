@@ -94,6 +94,11 @@ class Store(abc.ABC):
     def unit_of_work(self) -> Iterator[UnitOfWork]:
         """One transaction: committed when the block ends, rolled back on an exception."""
 
+    @contextmanager
+    def session(self) -> Iterator[None]:
+        """Hold resources across several units of work in this thread (DuckDB: one open file)."""
+        yield
+
     def run(self, work: Callable[[UnitOfWork], T]) -> T:
         """Run ``work`` in a unit of work, retrying the whole unit on transient conflicts."""
         deadline = time.monotonic() + self.retry_budget_s

@@ -92,16 +92,6 @@ class DuckDBUnitOfWork(UnitOfWork):
                 [received_at],
             ).fetchall()
             inserted = {row[0] for row in rows}
-            if inserted:
-                self.con.execute(
-                    """
-                    INSERT INTO projection_dirty (cloud, resource_type, resource_id)
-                    SELECT DISTINCT cloud, resource_type, resource_id FROM _ingest_batch
-                    WHERE event_id IN (SELECT unnest(?))
-                    ON CONFLICT DO UPDATE SET generation = generation + 1
-                    """,
-                    [list(inserted)],
-                )
         finally:
             self.con.unregister("_ingest_batch")
         return inserted
@@ -136,6 +126,7 @@ class DuckDBStore(Store):
         # One writer at a time inside this process: DuckDB would let two threads race and then
         # abort one at commit; queueing them here turns that into a short wait instead.
         self._write_lock = threading.RLock()
+        self._pinned = threading.local()
         if self.path in ("", ":memory:"):
             self._memory = _connect(":memory:")
         else:
@@ -144,8 +135,39 @@ class DuckDBStore(Store):
             self.migrate()
 
     @contextmanager
+    def session(self) -> Iterator[None]:
+        """Keep one connection open for this thread across several units of work.
+
+        For a burst of work in one process (a benchmark, a Dagster step, the demo) this saves the
+        open/close of the file per unit; other processes wait for the whole session.
+        """
+        if getattr(self._pinned, "con", None) is not None or self._memory is not None:
+            yield
+            return
+        with self._open() as con:
+            self._pinned.con = con
+            try:
+                yield
+            finally:
+                self._pinned.con = None
+
+    @contextmanager
     def connection(self) -> Iterator[duckdb.DuckDBPyConnection]:
-        """A connection for one unit of work, waiting with backoff while another process holds the file."""
+        """A connection for one unit of work (the session's, if one is open in this thread)."""
+        pinned = getattr(self._pinned, "con", None)
+        if pinned is not None:
+            cursor = pinned.cursor()
+            try:
+                yield cursor
+            finally:
+                cursor.close()
+            return
+        with self._open() as con:
+            yield con
+
+    @contextmanager
+    def _open(self) -> Iterator[duckdb.DuckDBPyConnection]:
+        """Open the file, waiting with backoff while another process holds it."""
         if self._memory is not None:
             cursor = self._memory.cursor()
             try:

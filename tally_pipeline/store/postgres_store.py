@@ -28,7 +28,12 @@ from tally_pipeline.store.migrations import MIGRATIONS_TABLE, migrations_for
 
 _MIGRATION_LOCK = 0x7A11_0001  # advisory lock id: one migrator at a time
 
-_STAGE = """
+# Ingest holds this advisory lock shared until commit; a projection refresh takes it exclusively for
+# an instant to learn a sequence value below which every event is committed.
+INGEST_LOCK = 0x7A11_0002
+
+_STAGE = f"""
+SELECT pg_advisory_xact_lock_shared({INGEST_LOCK});
 CREATE TEMP TABLE IF NOT EXISTS _ingest_stage (
     event_id TEXT, event_type TEXT, verb TEXT, cloud TEXT, resource_type TEXT, resource_id TEXT,
     project_id TEXT, occurred_at TIMESTAMPTZ, source TEXT, payload TEXT, content_hash TEXT
@@ -70,26 +75,16 @@ class PostgresUnitOfWork(UnitOfWork):
                     (r.event_id, r.event_type, r.verb, r.cloud, r.resource_type, r.resource_id,
                      r.project_id, r.occurred_at, r.source, r.payload_json, r.content_hash)
                 )
-        # One statement: store the new events and mark their resources for the next projection
-        # refresh. Rows are taken in key order so concurrent writers lock in the same order.
         rows = cur.execute(
             """
-            WITH ins AS (
-                INSERT INTO events (event_id, event_type, verb, cloud, resource_type, resource_id,
-                                    project_id, occurred_at, source, payload, content_hash, received_at)
-                SELECT event_id, event_type, verb, cloud, resource_type, resource_id,
-                       project_id, occurred_at, source, payload::jsonb, content_hash, %s
-                FROM _ingest_stage
-                ORDER BY event_id
-                ON CONFLICT (event_id) DO NOTHING
-                RETURNING event_id, cloud, resource_type, resource_id
-            ), marks AS (
-                INSERT INTO projection_dirty (cloud, resource_type, resource_id)
-                SELECT DISTINCT cloud, resource_type, resource_id FROM ins ORDER BY 1, 2, 3
-                ON CONFLICT (cloud, resource_type, resource_id)
-                DO UPDATE SET generation = projection_dirty.generation + 1
-            )
-            SELECT event_id FROM ins
+            INSERT INTO events (event_id, event_type, verb, cloud, resource_type, resource_id,
+                                project_id, occurred_at, source, payload, content_hash, received_at)
+            SELECT event_id, event_type, verb, cloud, resource_type, resource_id,
+                   project_id, occurred_at, source, payload::jsonb, content_hash, %s
+            FROM _ingest_stage
+            ORDER BY event_id
+            ON CONFLICT (event_id) DO NOTHING
+            RETURNING event_id
             """,
             (received_at,),
         ).fetchall()

@@ -1,0 +1,1 @@
+"""Benchmarks behind ``tally bench …``: each measures, prints JSON, and asserts nothing."""

@@ -1,0 +1,68 @@
+"""Small helpers shared by the benchmarks."""
+
+from __future__ import annotations
+
+import resource
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+
+def peak_rss_mb() -> float:
+    """Peak resident set size of this process so far, in MiB (Linux reports KiB)."""
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@contextmanager
+def timer() -> Iterator[list[float]]:
+    """``with timer() as t: …`` then ``t[0]`` is the elapsed seconds."""
+    box = [0.0]
+    start = time.perf_counter()
+    try:
+        yield box
+    finally:
+        box[0] = time.perf_counter() - start
+
+
+@contextmanager
+def api_process(database: str, *, config: Path | None = None) -> Iterator[str]:
+    """``tally serve`` in its own process (and process group) on a free loopback port; yields its URL."""
+    import httpx
+
+    port = free_port()
+    args = [sys.executable, "-m", "tally_pipeline.cli", "serve", "--database", database,
+            "--port", str(port), "--log-level", "warning"]
+    if config is not None:
+        args += ["--config", str(config)]
+    proc = subprocess.Popen(args, start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            if proc.poll() is not None:
+                raise RuntimeError(f"tally serve exited: {proc.stderr.read().decode() if proc.stderr else ''}")
+            try:
+                if httpx.get(f"{url}/healthz", timeout=1).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            if time.monotonic() > deadline:
+                raise RuntimeError("tally serve did not answer /healthz within 60 s")
+            time.sleep(0.1)  # waiting for an external process to come up, not synchronising a test
+        yield url
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()

@@ -1,0 +1,39 @@
+"""``tally bench …``: benchmarks that print JSON. Other areas add their own to the same group."""
+
+from __future__ import annotations
+
+import json
+
+import click
+
+from tally_pipeline.cli import with_runtime
+from tally_pipeline.runtime import Runtime
+
+
+def bench_group(main: click.Group) -> click.Group:
+    """The ``bench`` group, created by whichever area registers first."""
+    group = main.commands.get("bench")
+    if group is None:
+        @main.group("bench")
+        def bench() -> None:
+            """Benchmarks: each prints its measurements as JSON."""
+
+        group = bench
+    assert isinstance(group, click.Group)
+    return group
+
+
+@click.command("ingest")
+@click.option("--events", "n_events", type=click.IntRange(min=1000), default=200_000, show_default=True)
+@click.option("--clients", type=click.IntRange(min=1, max=16), default=2, show_default=True)
+@click.option("--seed", type=int, default=1, show_default=True)
+@with_runtime
+def bench_ingest(rt: Runtime, n_events: int, clients: int, seed: int) -> None:
+    """Ingest core and HTTP throughput against a raw bulk load (COPY) on the same database."""
+    from tally_pipeline.bench import ingest
+
+    click.echo(json.dumps(ingest.run(rt, events=n_events, clients=clients, seed=seed), indent=2))
+
+
+def register(main: click.Group) -> None:
+    bench_group(main).add_command(bench_ingest)

@@ -1,0 +1,97 @@
+"""The fold (``core/fold.py``) expressed as DuckDB window functions, for rebuilds and refreshes.
+
+The Python fold is the rule; this is the same rule, vectorised, and a property test holds the two
+equal. Levels:
+
+1. number each resource's events in fold order (occurred_at, verb rank, event_id);
+2. ``cd_before``: the last create-or-delete before each event, encoded ``rn*2+1`` for a create and
+   ``rn*2`` for a delete, so its parity says whether the resource was live just before;
+3. effective events (a create when not live starts a lifecycle; a create/update when live updates;
+   a delete when live ends), forward-filled project and size, and interval boundaries;
+4. boundary and end rows only (few): each boundary's interval ends at the next such row.
+"""
+
+from __future__ import annotations
+
+KEY = "cloud, resource_type, resource_id"
+
+# ``{source}`` is ``events`` or ``events`` joined to the keys being refreshed.
+FOLD_CTE = f"""
+ev AS (
+    SELECT {KEY}, seq, event_id, verb, project_id, occurred_at,
+           json_extract(payload, '$.size') AS size,
+           row_number() OVER (
+               PARTITION BY {KEY}
+               ORDER BY occurred_at,
+                        CASE verb WHEN 'create' THEN 0 WHEN 'update' THEN 1 WHEN 'note' THEN 2 ELSE 3 END,
+                        event_id
+           ) AS rn
+    FROM {{source}}
+),
+l1 AS (
+    SELECT *,
+           coalesce(max(CASE verb WHEN 'create' THEN rn * 2 + 1 WHEN 'delete' THEN rn * 2 END) OVER (
+               PARTITION BY {KEY} ORDER BY rn ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING
+           ) % 2 = 1, false) AS live_before
+    FROM ev
+),
+l2 AS (
+    SELECT *,
+           verb = 'create' AND NOT live_before AS is_start,
+           verb IN ('create', 'update') AND live_before AS is_update,
+           verb = 'delete' AND live_before AS is_end,
+           CASE verb WHEN 'create' THEN true WHEN 'delete' THEN false ELSE live_before END AS live_after
+    FROM l1
+),
+l3 AS (
+    SELECT *,
+           last_value(CASE WHEN is_start OR is_update THEN project_id END IGNORE NULLS) OVER w_now AS project_ff,
+           last_value(CASE WHEN is_start OR is_update THEN size END IGNORE NULLS) OVER w_now AS size_ff,
+           last_value(CASE WHEN is_start OR is_update THEN project_id END IGNORE NULLS) OVER w_before AS project_prev,
+           last_value(CASE WHEN is_start OR is_update THEN size END IGNORE NULLS) OVER w_before AS size_prev,
+           sum(CASE WHEN is_start THEN 1 ELSE 0 END) OVER w_now - 1 AS lifecycle_no
+    FROM l2
+    WINDOW w_now AS (PARTITION BY {KEY} ORDER BY rn ROWS UNBOUNDED PRECEDING),
+           w_before AS (PARTITION BY {KEY} ORDER BY rn ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING)
+),
+marks AS (
+    SELECT {KEY}, rn, occurred_at, is_end, project_ff, size_ff, lifecycle_no,
+           lead(occurred_at) OVER (PARTITION BY {KEY} ORDER BY rn) AS next_at,
+           NOT is_end AS is_boundary
+    FROM l3
+    WHERE is_end
+       OR is_start
+       OR (is_update AND (project_ff IS DISTINCT FROM project_prev OR size_ff IS DISTINCT FROM size_prev))
+)
+"""
+
+INTERVALS_SELECT = f"""
+WITH {FOLD_CTE}
+SELECT {KEY},
+       (row_number() OVER (PARTITION BY {KEY} ORDER BY rn) - 1)::INTEGER AS interval_no,
+       lifecycle_no::INTEGER AS lifecycle_no,
+       project_ff AS project_id,
+       size_ff AS size,
+       occurred_at AS start_at,
+       next_at AS end_at
+FROM marks
+WHERE is_boundary AND (next_at IS NULL OR next_at > occurred_at)
+"""
+
+STATE_SELECT = f"""
+WITH {FOLD_CTE}
+SELECT {KEY},
+       CASE WHEN max(lifecycle_no) < 0 THEN 'unborn'
+            WHEN arg_max(live_after, rn) THEN 'live'
+            ELSE 'deleted' END AS status,
+       arg_max(project_ff, rn) AS project_id,
+       arg_max(size_ff, rn) AS size,
+       max(CASE WHEN is_start THEN occurred_at END) AS created_at,
+       CASE WHEN max(lifecycle_no) >= 0 AND NOT arg_max(live_after, rn)
+            THEN max(CASE WHEN is_end THEN occurred_at END) END AS deleted_at,
+       max(occurred_at) AS last_event_at,
+       max(seq) AS last_seq,
+       count(*)::INTEGER AS event_count
+FROM l3
+GROUP BY {KEY}
+"""

@@ -248,10 +248,16 @@ async def metrics(ctx: ApiContext, request: Request) -> Response:
 
 
 def create_app(ctx: ApiContext) -> Starlette:
+    from tally_pipeline.api import resources
+
+    resource = "/v1/resources/{cloud}/{resource_type}/{resource_id:path}"
     routes = [
         Route("/v1/events", guarded(post_events, ctx), methods=["POST"]),
         Route("/v1/event", guarded(post_event, ctx), methods=["POST"]),
         Route("/v1/rejected", guarded(get_rejected, ctx), methods=["GET"]),
+        Route(f"{resource}/events", guarded(resources.resource_events, ctx), methods=["GET"]),
+        Route(f"{resource}/lifecycle", guarded(resources.resource_lifecycle, ctx), methods=["GET"]),
+        Route("/v1/inventory", guarded(resources.get_inventory, ctx), methods=["GET"]),
         Route("/healthz", guarded(healthz, ctx), methods=["GET"]),
         Route("/metrics", guarded(metrics, ctx), methods=["GET"]),
     ]

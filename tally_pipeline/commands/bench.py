@@ -35,5 +35,21 @@ def bench_ingest(rt: Runtime, n_events: int, clients: int, seed: int) -> None:
     click.echo(json.dumps(ingest.run(rt, events=n_events, clients=clients, seed=seed), indent=2))
 
 
+
+
+@click.command("projection")
+@click.option("--events", "n_events", type=click.IntRange(min=1000), default=2_000_000, show_default=True)
+@click.option("--resources", type=click.IntRange(min=100), default=200_000, show_default=True)
+@click.option("--late", type=click.IntRange(min=1), default=1000, show_default=True)
+@with_runtime
+def bench_projection(rt: Runtime, n_events: int, resources: int, late: int) -> None:
+    """Projection rebuild and incremental refresh against a plain window-function floor."""
+    from tally_pipeline.bench import projection
+
+    click.echo(json.dumps(projection.run(rt, events=n_events, resources=resources, late=late), indent=2))
+
+
 def register(main: click.Group) -> None:
-    bench_group(main).add_command(bench_ingest)
+    group = bench_group(main)
+    group.add_command(bench_ingest)
+    group.add_command(bench_projection)

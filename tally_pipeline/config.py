@@ -26,19 +26,53 @@ class _Strict(BaseModel):
 
 
 class SimulatedCloud(_Strict):
-    """A cloud played by the ground-truth simulator (tests, the demo, accuracy benchmarks)."""
+    """A cloud played by the ground-truth simulator (tests, the demo, accuracy benchmarks).
+
+    Without ``start`` the simulated window ends at the current hour (now floored to the hour), so a
+    sync at wall-clock time always finds a simulated cloud to look at.
+    """
 
     provider: Literal["simulated"]
     seed: int = 1
     projects: int = Field(default=4, ge=1)
     resources: int = Field(default=60, ge=0, description="resources alive at any time, roughly")
     hours: float = Field(default=48.0, gt=0)
-    start: str = "2026-01-01T00:00:00Z"
+    start: str | None = Field(default=None, description="RFC 3339 start of the window; default: ends at the current hour")
+    churn: float = Field(default=1.0, gt=0, description="multiplies create, update and delete rates")
+    loss: float = Field(default=0.0, ge=0, le=1, description="probability a collector event is lost")
+    duplicates: float = Field(default=0.0, ge=0, le=1, description="probability an event is delivered twice")
+    retention_hours: float = Field(default=24.0, gt=0, description="how long deleted servers stay listed")
     failing_types: dict[str, Literal["error", "timeout", "empty"]] = Field(default_factory=dict)
+
+    @field_validator("start")
+    @classmethod
+    def _rfc3339(cls, value: str | None) -> str | None:
+        from tally_pipeline.core.timeutil import TimestampError, parse_rfc3339
+
+        if value is not None:
+            try:
+                parse_rfc3339(value)
+            except TimestampError as exc:
+                raise ValueError(str(exc)) from None
+        return value
+
+    @field_validator("failing_types")
+    @classmethod
+    def _simulated_types(cls, value: dict[str, str]) -> dict[str, str]:
+        from tally_pipeline.sim.spec import SIMULATED_TYPES
+
+        for name in value:
+            if name not in SIMULATED_TYPES:
+                raise ValueError(f"{name!r} is not a simulated type (known: {', '.join(SIMULATED_TYPES)})")
+        return value
 
 
 class OpenStackCloud(_Strict):
-    """A cloud reached through openstacksdk: a clouds.yaml entry, or inline auth settings."""
+    """A cloud reached through openstacksdk: a clouds.yaml entry, or inline auth settings.
+
+    With neither ``os_cloud`` nor ``auth``, the SDK's own environment lookup applies
+    (``OS_CLOUD`` or ``OS_*`` variables), as for any OpenStack tool.
+    """
 
     provider: Literal["openstack"]
     os_cloud: str | None = None
@@ -47,11 +81,21 @@ class OpenStackCloud(_Strict):
     region_name: str | None = None
     interface: str | None = None
     verify: bool | str | None = None
-    timeout: float = Field(default=30.0, gt=0)
-    retries: int = Field(default=2, ge=0)
+    timeout: float = Field(default=30.0, gt=0, description="seconds per request before it counts as failed")
+    retries: int = Field(default=2, ge=0, le=10, description="retries after a connection failure, timeout or HTTP 429/502/503/504")
+    retry_delay: float | None = Field(default=None, ge=0, description="seconds between retries; default: exponential from 0.5 s")
     page_size: int = Field(default=1000, ge=1, le=1000)
     deleted_margin: int = Field(default=600, ge=0, description="seconds subtracted from the last run when asking for deleted servers")
     resource_types: list[str] | None = None
+
+    @field_validator("resource_types")
+    @classmethod
+    def _openstack_types(cls, value: list[str] | None) -> list[str] | None:
+        known = ("instance", "volume", "floating_ip", "image", "load_balancer")
+        for name in value or ():
+            if name not in known:
+                raise ValueError(f"{name!r} is not an OpenStack resource type (known: {', '.join(known)})")
+        return value
 
 
 CloudConfig = Annotated[SimulatedCloud | OpenStackCloud, Field(discriminator="provider")]

@@ -1,0 +1,94 @@
+"""The ``simulated`` provider: a ``PlatformAdapter`` over a ``PlatformView`` (the simulator's).
+
+It reports what the view shows, applying the view's injected fault per type: ``error`` raises
+``AdapterError``, ``timeout`` raises ``TimeoutError`` at once (nothing ever waits), ``empty``
+lists nothing. Like a real SDK listing, ``enumerate`` is lazy: the fault surfaces on iteration.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+from datetime import datetime
+
+from tally_pipeline.adapters.base import AdapterError, DeletedListing, DeletedResource, ListedResource
+from tally_pipeline.core.timeutil import to_utc
+from tally_pipeline.core.transitions import in_transition
+from tally_pipeline.sim.platform import PlatformView
+from tally_pipeline.sim.spec import SIMULATED_TYPES
+
+
+class SimulatedAdapter:
+    """Lists one cloud of a ``PlatformView``; ``resource_types`` defaults to the view's (or all simulated)."""
+
+    def __init__(self, platform: PlatformView, cloud: str, resource_types: Iterable[str] | None = None):
+        self.platform = platform
+        self.cloud = cloud
+        if resource_types is None:
+            resource_types = getattr(platform, "resource_types", SIMULATED_TYPES)
+        self.resource_types: tuple[str, ...] = tuple(resource_types)
+
+    def _raise_fault(self, resource_type: str) -> bool:
+        """Raise for ``error`` / ``timeout``; True when the listing must wrongly come back empty."""
+        mode = self.platform.failure(self.cloud, resource_type)
+        if mode == "error":
+            raise AdapterError(f"{self.cloud}: listing {resource_type} failed (injected error)")
+        if mode == "timeout":
+            raise TimeoutError(f"{self.cloud}: listing {resource_type} timed out (injected)")
+        return mode == "empty"
+
+    def enumerate(self, resource_type: str, *, at: datetime) -> Iterator[ListedResource]:
+        if resource_type not in self.resource_types:
+            raise AdapterError(f"{self.cloud}: {resource_type!r} is not listed by this adapter")
+        if self._raise_fault(resource_type):
+            return
+        for record in self.platform.records(self.cloud, resource_type, to_utc(at)):
+            yield ListedResource(
+                resource_type=record.resource_type,
+                resource_id=record.resource_id,
+                project_id=record.project_id,
+                size=record.size,
+                status=record.status,
+                in_transition=in_transition(record.resource_type, record.status, record.task_state),
+                created_at=record.created_at,
+                updated_at=record.updated_at,
+            )
+
+    def deleted_since(self, since: datetime, *, at: datetime) -> DeletedListing:
+        """Nova-like deleted servers in ``[since, at]``; a fault on ``instance`` applies here too."""
+        if "instance" not in self.resource_types:
+            return DeletedListing(available=False, reason="instances are not listed by this adapter")
+        try:
+            empty = self._raise_fault("instance")
+        except Exception as exc:  # noqa: BLE001 - the listing's failure becomes its reason
+            return DeletedListing(available=False, reason=f"{type(exc).__name__}: {exc}")
+        if empty:
+            return DeletedListing(available=True, items=[])
+        items = [
+            DeletedResource(
+                resource_type="instance",
+                resource_id=record.resource_id,
+                project_id=record.project_id,
+                size=record.size,
+                created_at=record.created_at,
+                deleted_at=record.deleted_at,
+            )
+            for record in self.platform.deleted_servers(self.cloud, to_utc(since), to_utc(at))
+            if record.deleted_at is not None
+        ]
+        return DeletedListing(available=True, items=items)
+
+
+def simulated_adapter(cloud_name: str, config, *, platform: PlatformView | None = None,
+                      now: datetime | None = None) -> SimulatedAdapter:
+    """An adapter for a ``provider: simulated`` config entry.
+
+    With ``platform`` given (a test's or the demo's shared simulation) the adapter lists it;
+    otherwise a simulation is generated from the entry: with no ``start`` in the config its window
+    ends at ``now`` (default: the wall clock) floored to the hour, so every call within one hour
+    builds the same cloud.
+    """
+    if platform is None:
+        from tally_pipeline.sim.simulation import simulate_cloud
+
+        platform = simulate_cloud(cloud_name, config, now=now).platform
+    return SimulatedAdapter(platform, cloud_name)

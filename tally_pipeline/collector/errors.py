@@ -1,0 +1,36 @@
+"""What the collector raises. Nothing it buffers is ever dropped to avoid raising one of these."""
+
+from __future__ import annotations
+
+
+class CollectorError(RuntimeError):
+    """Base class for collector errors."""
+
+
+class BufferFull(CollectorError):
+    """The on-disk buffer is at its limit; the events offered were not buffered (none of them)."""
+
+    def __init__(self, path: str, *, buffered: int, limit: int, offered: int, unit: str = "events"):
+        self.path = path
+        self.buffered = buffered
+        self.limit = limit
+        self.offered = offered
+        self.unit = unit
+        super().__init__(
+            f"collector buffer {path} is full: {buffered} {unit} buffered, limit {limit} {unit}; "
+            f"refusing {offered} more {unit} (none of them was buffered). "
+            "Is the API reachable? See `tally collector status --buffer-dir ...`."
+        )
+
+
+class CollectorAuthError(CollectorError):
+    """The API refused the collector's token (401) or its scope (403); sending stops, nothing is lost."""
+
+    def __init__(self, message: str, *, status: int, buffered: int):
+        self.status = status
+        self.buffered = buffered
+        super().__init__(f"{message}; sending stopped, {buffered} events stay buffered")
+
+
+class BufferSchemaError(CollectorError):
+    """The buffer file was written by a newer collector than this one."""

@@ -12,7 +12,7 @@ writes with COPY. A property test holds the two folds equal.
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -22,6 +22,11 @@ from tally_pipeline.core.fold import FoldEvent, Folded, fold
 from tally_pipeline.store.base import Store, UnitOfWork
 
 PROJECTION_LOCK = 0x7A11_0003  # Postgres: one refresh at a time
+PYTHON_FOLD_MAX = 20_000  # DuckDB: refreshes touching at most this many resources fold in Python
+STATE_COLUMNS = ("cloud", "resource_type", "resource_id", "status", "project_id", "size", "created_at",
+                 "deleted_at", "last_event_at", "last_seq", "event_count")
+INTERVAL_COLUMNS = ("cloud", "resource_type", "resource_id", "interval_no", "lifecycle_no", "project_id", "size",
+                    "start_at", "end_at")
 KEY = "cloud, resource_type, resource_id"
 
 
@@ -83,8 +88,11 @@ def _refresh_duckdb(uow: Any, *, full: bool) -> tuple[int, int]:
     con = uow.con
     # Writers are serialised (one process holds the file, one thread the write lock), so every
     # event up to max(seq) is committed.
-    high = int(con.execute("SELECT coalesce(max(seq), 0) FROM events").fetchall()[0][0])
-    watermark = int(con.execute("SELECT watermark FROM projection_state WHERE name = 'resources'").fetchall()[0][0])
+    high, watermark = con.execute(
+        "SELECT (SELECT coalesce(max(seq), 0) FROM events), "
+        "(SELECT watermark FROM projection_state WHERE name = 'resources')"
+    ).fetchall()[0]
+    high, watermark = int(high), int(watermark)
     if not full and high <= watermark:
         return 0, watermark
     if full:
@@ -98,11 +106,16 @@ def _refresh_duckdb(uow: Any, *, full: bool) -> tuple[int, int]:
         )
         con.execute(f"DELETE FROM resource_intervals WHERE ({KEY}) IN (SELECT ({KEY}) FROM _touched)")
         con.execute(f"DELETE FROM current_resources WHERE ({KEY}) IN (SELECT ({KEY}) FROM _touched)")
+        touched = int(con.execute("SELECT count(*) FROM _touched").fetchall()[0][0])
+        if touched <= PYTHON_FOLD_MAX:
+            _fold_duckdb_in_python(con)
+            con.execute("UPDATE projection_state SET watermark = ? WHERE name = 'resources'", [high])
+            con.execute("DROP TABLE _touched")
+            return touched, high
         source = f"events SEMI JOIN _touched USING ({KEY})"
     con.execute(f"INSERT INTO resource_intervals {INTERVALS_SELECT.format(source=source)}")
     con.execute(
-        "INSERT INTO current_resources (cloud, resource_type, resource_id, status, project_id, size, "
-        "created_at, deleted_at, last_event_at, last_seq, event_count) " + STATE_SELECT.format(source=source)
+        f"INSERT INTO current_resources ({', '.join(STATE_COLUMNS)}) " + STATE_SELECT.format(source=source)
     )
     count = con.execute(
         "SELECT count(*) FROM current_resources" if full else "SELECT count(*) FROM _touched"
@@ -111,6 +124,36 @@ def _refresh_duckdb(uow: Any, *, full: bool) -> tuple[int, int]:
     if not full:
         con.execute("DROP TABLE _touched")
     return int(count), high
+
+
+def _fold_duckdb_in_python(con: Any) -> None:
+    """A small refresh: planning the SQL fold costs more than folding a few histories in Python."""
+    import pyarrow as pa
+
+    rows = con.execute(
+        f"SELECT {KEY}, event_id, verb, occurred_at, project_id, json_extract(payload, '$.size')::VARCHAR, seq "
+        f"FROM events SEMI JOIN _touched USING ({KEY}) ORDER BY {KEY}"
+    ).fetchall()
+    states: list[tuple] = []
+    intervals: list[tuple] = []
+    for key, result in fold_sorted(rows):
+        states.append(_state_row(key, result))
+        intervals.extend(_interval_rows(key, result))
+    utc = pa.timestamp("us", tz="UTC")
+    for table, names, rows_, types in (
+        ("current_resources", STATE_COLUMNS, states,
+         {"created_at": utc, "deleted_at": utc, "last_event_at": utc, "last_seq": pa.int64(), "event_count": pa.int32(),
+          "project_id": pa.string(), "size": pa.string()}),
+        ("resource_intervals", INTERVAL_COLUMNS, intervals,
+         {"start_at": utc, "end_at": utc, "interval_no": pa.int32(), "lifecycle_no": pa.int32()}),
+    ):
+        if not rows_:
+            continue
+        columns = list(zip(*rows_))
+        arrow = pa.table({n: pa.array(list(c), types.get(n, pa.string())) for n, c in zip(names, columns)})
+        con.register("_folded", arrow)
+        con.execute(f"INSERT INTO {table} ({', '.join(names)}) SELECT {', '.join(names)} FROM _folded")
+        con.unregister("_folded")
 
 
 # --- Postgres: the fold in Python, written with COPY -------------------------------------------
@@ -163,6 +206,23 @@ def _refresh_postgres(uow: Any, high: int, *, full: bool) -> tuple[int, int]:
     return count, high
 
 
+def fold_sorted(rows: Iterable[tuple]) -> Iterator[tuple[tuple[str, str, str], Folded]]:
+    """Fold rows ``(cloud, type, id, event_id, verb, occurred_at, project_id, size, seq)`` grouped by key."""
+    key: tuple[str, str, str] | None = None
+    batch: list[FoldEvent] = []
+    for cloud, rtype, rid, event_id, verb, occurred_at, project_id, size, seq in rows:
+        row_key = (cloud, rtype, rid)
+        if row_key != key:
+            if key is not None:
+                yield key, fold(batch)
+            key, batch = row_key, []
+        if isinstance(size, str):
+            size = orjson.loads(size)
+        batch.append(FoldEvent(event_id, verb, occurred_at, project_id, size, seq))
+    if key is not None:
+        yield key, fold(batch)
+
+
 def _fold_postgres(uow: Any) -> Iterator[tuple[tuple[str, str, str], Folded]]:
     """Stream the touched resources' full histories (server-side cursor) and fold each."""
     with uow.conn.cursor(name="tally_fold_events") as cur:
@@ -175,17 +235,7 @@ def _fold_postgres(uow: Any) -> Iterator[tuple[tuple[str, str, str], Folded]]:
             ORDER BY e.cloud, e.resource_type, e.resource_id
             """
         )
-        key: tuple[str, str, str] | None = None
-        batch: list[FoldEvent] = []
-        for cloud, rtype, rid, event_id, verb, occurred_at, project_id, size, seq in cur:
-            row_key = (cloud, rtype, rid)
-            if row_key != key:
-                if key is not None:
-                    yield key, fold(batch)
-                key, batch = row_key, []
-            batch.append(FoldEvent(event_id, verb, occurred_at, project_id, size, seq))
-        if key is not None:
-            yield key, fold(batch)
+        yield from fold_sorted(cur)
 
 
 def _json(value: Any) -> str | None:
@@ -206,15 +256,13 @@ def _interval_rows(key: tuple[str, str, str], result: Folded) -> Iterator[tuple]
 def _copy_rows(out_states: Any, out_intervals: Any, states: list[tuple], intervals: list[tuple]) -> None:
     if states:
         with out_states.copy(
-            "COPY current_resources (cloud, resource_type, resource_id, status, project_id, size, created_at, "
-            "deleted_at, last_event_at, last_seq, event_count) FROM STDIN"
+            f"COPY current_resources ({', '.join(STATE_COLUMNS)}) FROM STDIN"
         ) as copy:
             for row in states:
                 copy.write_row(row)
     if intervals:
         with out_intervals.copy(
-            "COPY resource_intervals (cloud, resource_type, resource_id, interval_no, lifecycle_no, project_id, "
-            "size, start_at, end_at) FROM STDIN"
+            f"COPY resource_intervals ({', '.join(INTERVAL_COLUMNS)}) FROM STDIN"
         ) as copy:
             for row in intervals:
                 copy.write_row(row)

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
 from functools import cached_property
 
 from tally_pipeline.config import TallyConfig, load_config
@@ -12,10 +14,16 @@ from tally_pipeline.schemas import load_registry
 from tally_pipeline.store import Store, open_store
 
 
+class UnknownCloud(KeyError):
+    def __str__(self) -> str:
+        return str(self.args[0])
+
+
 @dataclass
 class Runtime:
     config: TallyConfig
     _store: Store | None = field(default=None, repr=False)
+    _adapters: dict[str, Any] = field(default_factory=dict, repr=False)
 
     @classmethod
     def load(cls, config_path: str | None = None, *, database: str | None = None) -> Runtime:
@@ -34,6 +42,25 @@ class Runtime:
     @cached_property
     def ingestor(self) -> Ingestor:
         return Ingestor(self.store, self.registry)
+
+    def adapter(self, cloud: str) -> Any:
+        """The platform adapter for a configured cloud (built once per runtime)."""
+        if cloud not in self.config.clouds:
+            known = ", ".join(sorted(self.config.clouds)) or "none configured"
+            raise UnknownCloud(f"cloud {cloud!r} is not in the configuration's clouds ({known})")
+        if cloud not in self._adapters:
+            from tally_pipeline.adapters import adapter_for
+
+            self._adapters[cloud] = adapter_for(cloud, self.config.clouds[cloud])
+        return self._adapters[cloud]
+
+    def sync(self, cloud: str, *, now: datetime | None = None, run_key: str | None = None) -> Any:
+        """One reconciliation run of a configured cloud (see ``tally_pipeline.sync.run_sync``)."""
+        from tally_pipeline.sync import run_sync
+
+        settings = self.config.reconciliation
+        return run_sync(self.store, self.ingestor, cloud, self.adapter(cloud), settle_window=settings.settle_window,
+                        mass_delete_guard=settings.mass_delete_guard, now=now, run_key=run_key)
 
     def close(self) -> None:
         if self._store is not None:

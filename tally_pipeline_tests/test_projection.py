@@ -89,6 +89,24 @@ def test_projection_equals_the_python_fold(store, registry) -> None:
     list(ingestor.ingest_stream(random_history(random.Random(7), "h", 40, 600), origin="t"))
     projection.refresh(store)
     assert table_rows(store) == python_fold_of(store)
+    projection.rebuild(store)
+    assert table_rows(store) == python_fold_of(store)
+
+
+def test_large_refresh_folds_in_sql_and_equals_small_refreshes(tmp_path, registry, monkeypatch) -> None:
+    """DuckDB folds small refreshes in Python and large ones in SQL; both give the same tables."""
+    history = random_history(random.Random(3), "s", 50, 700)
+    tables = []
+    for limit in (0, 10**9):  # 0: every refresh takes the SQL path; huge: every refresh folds in Python
+        monkeypatch.setattr(projection, "PYTHON_FOLD_MAX", limit)
+        store = open_store(f"duckdb://{tmp_path / f'l{limit}.duckdb'}")
+        ingestor = Ingestor(store, registry)
+        for start in range(0, len(history), 100):
+            ingestor.ingest(history[start:start + 100], origin="t")
+            projection.refresh(store)
+        tables.append(table_rows(store))
+        store.close()
+    assert tables[0] == tables[1]
 
 
 def test_incremental_refresh_equals_rebuild_after_late_batches(store, registry) -> None:
@@ -196,6 +214,6 @@ def test_duckdb_sql_fold_equals_python_fold(registry, spec) -> None:
     items = [envelope(f"{prefix}-{i:02d}", f"{prefix}-{rid}", verb, T0 + timedelta(minutes=m), project, gb)
              for i, rid, verb, m, project, gb in spec]
     Ingestor(store, registry).ingest(items, origin="t")
-    projection.refresh(store)
+    projection.rebuild(store)  # the SQL fold (small refreshes fold in Python)
     assert table_rows(store) == python_fold_of(store)
     store.close()

@@ -65,6 +65,7 @@ class ApiContext:
     tokens: TokenBook | None = None  # None: no tokens file, anonymous loopback use only
     max_body_bytes: int = DEFAULT_MAX_BODY
     metrics: ApiMetrics = field(default_factory=ApiMetrics)
+    runtime: Any = None  # the Runtime, for calls that need the configuration (a sync)
 
 
 class ApiError(Exception):
@@ -258,6 +259,7 @@ def create_app(ctx: ApiContext) -> Starlette:
         Route(f"{resource}/events", guarded(resources.resource_events, ctx), methods=["GET"]),
         Route(f"{resource}/lifecycle", guarded(resources.resource_lifecycle, ctx), methods=["GET"]),
         Route("/v1/inventory", guarded(resources.get_inventory, ctx), methods=["GET"]),
+        Route("/internal/sync/{cloud}", guarded(resources.post_sync, ctx), methods=["POST"]),
         Route("/healthz", guarded(healthz, ctx), methods=["GET"]),
         Route("/metrics", guarded(metrics, ctx), methods=["GET"]),
     ]

@@ -76,3 +76,22 @@ async def get_inventory(ctx: ApiContext, request: Request) -> Response:
     )
     next_cursor = encode_cursor({"after": list(page.next_key)}) if page.next_key else None
     return JSON({"resources": page.resources, "next_cursor": next_cursor})
+
+
+async def post_sync(ctx: ApiContext, request: Request) -> Response:
+    """Run one reconciliation of a configured cloud (admin scope); 409 while another runs."""
+    from tally_pipeline.runtime import UnknownCloud
+    from tally_pipeline.sync import SyncInProgress
+
+    require(principal_of(ctx, request), "admin")
+    cloud = request.path_params["cloud"]
+    runtime = getattr(ctx, "runtime", None)
+    if runtime is None:
+        raise ApiError(error(404, "not_found", "this API has no clouds configured"))
+    try:
+        run = await run_in_threadpool(runtime.sync, cloud)
+    except UnknownCloud as exc:
+        raise ApiError(error(404, "unknown_cloud", str(exc))) from None
+    except SyncInProgress as exc:
+        raise ApiError(error(409, "sync_in_progress", str(exc))) from None
+    return JSON(run.as_json())

@@ -24,8 +24,8 @@ def build_app(rt: Runtime, *, tokens_file: Path | None = None) -> Starlette:
         ingestor=rt.ingestor,
         tokens=tokens,
         max_body_bytes=rt.config.api.max_body_bytes,
+        runtime=rt,
     )
-    ctx.runtime = rt  # type: ignore[attr-defined]
     return create_app(ctx)
 
 

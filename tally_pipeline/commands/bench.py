@@ -49,7 +49,37 @@ def bench_projection(rt: Runtime, n_events: int, resources: int, late: int) -> N
     click.echo(json.dumps(projection.run(rt, events=n_events, resources=resources, late=late), indent=2))
 
 
+@click.command("accuracy")
+@click.option("--loss", type=click.FloatRange(0, 1), default=0.05, show_default=True)
+@click.option("--duplicates", type=click.FloatRange(0, 1), default=0.01, show_default=True)
+@click.option("--hours", type=click.FloatRange(min=1), default=72, show_default=True)
+@click.option("--seed", type=int, default=1, show_default=True)
+@click.option("--clouds", type=click.IntRange(min=1), default=2, show_default=True)
+@click.option("--resources", type=click.IntRange(min=1), default=60, show_default=True)
+def bench_accuracy(loss: float, duplicates: float, hours: float, seed: int, clouds: int, resources: int) -> None:
+    """Ground truth vs events alone vs events + 10-minute syncs, in resource-hours per type."""
+    from tqdm import tqdm
+
+    from tally_pipeline.bench import accuracy
+
+    with tqdm(total=int(hours * 6), desc="simulated syncs", unit="tick", leave=False) as bar:
+        report = accuracy.run(loss=loss, duplicates=duplicates, hours=hours, seed=seed, clouds=clouds,
+                              resources=resources, progress=lambda _t: bar.update(1))
+    click.echo(json.dumps(report, indent=2))
+
+
+@click.command("reconcile")
+@click.option("--resources", "sizes", type=click.IntRange(min=100), multiple=True,
+              default=[100_000, 1_000_000], show_default=True)
+@click.option("--database", default="duckdb://:memory:", show_default=True, help="Where the projection lives.")
+def bench_reconcile(sizes: tuple[int, ...], database: str) -> None:
+    """Diff time for a cloud of N resources with 1 % drift (projection read + pure diff)."""
+    from tally_pipeline.bench import reconcile
+
+    click.echo(json.dumps(reconcile.run(sizes=sorted(sizes), database=database), indent=2))
+
+
 def register(main: click.Group) -> None:
     group = bench_group(main)
-    group.add_command(bench_ingest)
-    group.add_command(bench_projection)
+    for command in (bench_ingest, bench_projection, bench_accuracy, bench_reconcile):
+        group.add_command(command)

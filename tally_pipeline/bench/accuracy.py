@@ -1,0 +1,186 @@
+"""``tally bench accuracy``: how close events alone, and events plus reconciliation, come to the truth.
+
+One simulation, two stores fed the same lossy, duplicated, reordered collector stream in simulated
+time: one only ingests; the other also runs a sync of every cloud every ``interval`` (10 minutes).
+At the end each store's ``resource_intervals`` are measured against the simulator's ground truth in
+resource-hours per type over the simulated window.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from decimal import Decimal
+from typing import Any
+
+from tally_pipeline import projection
+from tally_pipeline.adapters.simulated import SimulatedAdapter
+from tally_pipeline.core.timeutil import to_utc
+from tally_pipeline.ingest import Ingestor
+from tally_pipeline.schemas import default_registry
+from tally_pipeline.sim import DeliverySpec, Simulation, SimulationSpec, simulate
+from tally_pipeline.store import Store, open_store
+from tally_pipeline.sync import SyncRun, run_sync
+
+
+@dataclass
+class Drive:
+    """The state of a simulated-time run over both stores."""
+
+    sim: Simulation
+    events_only: Store
+    reconciled: Store
+    interval: timedelta
+    settle_window: float
+    mass_delete_guard: float
+    runs: list[SyncRun] = field(default_factory=list)
+    ingested: Counter = field(default_factory=Counter)
+
+
+def drive(sim: Simulation, *, interval: timedelta = timedelta(minutes=10), settle_window: float = 300.0,
+          mass_delete_guard: float = 0.5, events_only: Store | None = None, reconciled: Store | None = None,
+          progress: Callable[[datetime], None] | None = None) -> Drive:
+    """Feed both stores in simulated time, syncing the reconciled one every ``interval``."""
+    registry = default_registry()
+    d = Drive(sim, events_only or open_store("duckdb://:memory:"), reconciled or open_store("duckdb://:memory:"),
+              interval, settle_window, mass_delete_guard)
+    ingest_plain, ingest_sync = Ingestor(d.events_only, registry), Ingestor(d.reconciled, registry)
+    adapters = {cloud: SimulatedAdapter(sim.platform, cloud) for cloud in sim.clouds}
+
+    def feed(after: datetime | None, until: datetime) -> None:
+        items = sim.stream.delivered(after=after, until=until)
+        for ingestor in (ingest_plain, ingest_sync):
+            for outcome in ingestor.ingest_stream(items, origin="collector"):
+                if ingestor is ingest_plain:
+                    d.ingested.update(stored=outcome.stored, duplicates=outcome.duplicates, rejected=outcome.rejected)
+
+    with d.events_only.session(), d.reconciled.session():
+        feed(None, sim.start)
+        tick = sim.start
+        while tick < sim.end:
+            previous, tick = tick, min(tick + interval, sim.end)
+            feed(previous, tick)
+            for cloud in sim.clouds:
+                d.runs.append(run_sync(d.reconciled, ingest_sync, cloud, adapters[cloud], settle_window=settle_window,
+                                       mass_delete_guard=mass_delete_guard, now=tick, run_key=f"tick:{tick.isoformat()}"))
+            if progress is not None:
+                progress(tick)
+        projection.refresh(d.events_only)
+        projection.refresh(d.reconciled)
+    return d
+
+
+def projected_hours(store: Store, cloud: str, resource_type: str, start: datetime, end: datetime) -> Decimal:
+    """Resource-hours of one type over ``[start, end)`` from ``resource_intervals``, exactly."""
+    rows = store.query(
+        "SELECT start_at, end_at FROM resource_intervals WHERE cloud = %s AND resource_type = %s",
+        [cloud, resource_type],
+    )
+    micros = 0
+    for s, e in rows:
+        lo, hi = max(to_utc(s), start), min(to_utc(e) if e is not None else end, end)
+        if hi > lo:
+            micros += (hi - lo) // timedelta(microseconds=1)
+    return Decimal(micros) / Decimal(3_600_000_000)
+
+
+def _error(value: Decimal, truth: Decimal) -> float:
+    if truth == 0:
+        return 0.0 if value == 0 else float("inf")
+    return float(abs(value - truth) / truth)
+
+
+def lifecycle_end_errors(d: Drive) -> list[dict[str, Any]]:
+    """Per resource: how far the reconciled lifecycle's end (or start) is from the truth's, in seconds."""
+    out = []
+    for lc in d.sim.truth:
+        rows = d.reconciled.query(
+            "SELECT min(start_at), max(coalesce(end_at, TIMESTAMPTZ '9999-12-31 00:00:00+00')) FROM resource_intervals "
+            "WHERE cloud = %s AND resource_type = %s AND resource_id = %s",
+            [lc.cloud, lc.resource_type, lc.resource_id],
+        )
+        start, end = rows[0]
+        if start is None:
+            out.append({"key": lc.key, "seen": False})
+            continue
+        end = None if end.year == 9999 else to_utc(end)
+        truth_end = lc.deleted_at
+        out.append({
+            "key": lc.key, "seen": True,
+            "start_error_s": (to_utc(start) - lc.created_at).total_seconds(),
+            "end_error_s": None if (end is None) != (truth_end is None) else
+            ((end - truth_end).total_seconds() if end is not None else 0.0),
+            "end_mismatch": (end is None) != (truth_end is None),
+        })
+    return out
+
+
+def report(d: Drive) -> dict[str, Any]:
+    sim = d.sim
+    per_type: dict[str, Any] = {}
+    totals = {"truth": Decimal(0), "events_only": Decimal(0), "reconciled": Decimal(0)}
+    for rtype in sim.spec.resource_types:
+        truth = sum((sim.truth.resource_hours(c, rtype, sim.start, sim.end) for c in sim.clouds), Decimal(0))
+        plain = sum((projected_hours(d.events_only, c, rtype, sim.start, sim.end) for c in sim.clouds), Decimal(0))
+        fixed = sum((projected_hours(d.reconciled, c, rtype, sim.start, sim.end) for c in sim.clouds), Decimal(0))
+        totals["truth"] += truth
+        totals["events_only"] += plain
+        totals["reconciled"] += fixed
+        per_type[rtype] = {
+            "truth_hours": round(float(truth), 4),
+            "events_only_hours": round(float(plain), 4),
+            "reconciled_hours": round(float(fixed), 4),
+            "events_only_error": round(_error(plain, truth), 6),
+            "reconciled_error": round(_error(fixed, truth), 6),
+        }
+    stats = sim.stream.stats()
+    never_seen = [
+        lc.key for lc in sim.truth
+        if not d.reconciled.query(
+            "SELECT 1 FROM events WHERE cloud = %s AND resource_type = %s AND resource_id = %s LIMIT 1",
+            [lc.cloud, lc.resource_type, lc.resource_id])
+    ]
+    corrections = Counter()
+    deferrals = Counter()
+    for run in d.runs:
+        corrections.update(created=run.created, updated=run.updated, deleted=run.deleted, recovered=run.recovered)
+        deferrals.update(run.deferrals_by_reason())
+    interval_h = d.interval.total_seconds() / 3600
+    return {
+        "benchmark": "accuracy",
+        "seed": sim.spec.seed,
+        "hours": sim.spec.hours,
+        "clouds": list(sim.clouds),
+        "loss": sim.spec.delivery.loss,
+        "duplicates": sim.spec.delivery.duplicates,
+        "sync_interval_s": d.interval.total_seconds(),
+        "settle_window_s": d.settle_window,
+        "per_type": per_type,
+        "total": {
+            "truth_hours": round(float(totals["truth"]), 4),
+            "events_only_error": round(_error(totals["events_only"], totals["truth"]), 6),
+            "reconciled_error": round(_error(totals["reconciled"], totals["truth"]), 6),
+        },
+        "events": {"stored": d.ingested["stored"], "duplicates": d.ingested["duplicates"],
+                   "rejected": d.ingested["rejected"], "generated": stats.events_generated,
+                   "lost": stats.events_lost, "duplicated": stats.events_duplicated},
+        "lost": {"creates": stats.creates_lost, "deletes": stats.deletes_lost, "both": stats.both_lost,
+                 "updates": stats.updates_lost},
+        "resources_never_seen": len(never_seen),
+        "syncs": len(d.runs),
+        "corrections": dict(corrections),
+        "deferrals": dict(sorted(deferrals.items())),
+        "seed_bound_hours": round(interval_h * stats.deletes_lost, 4),
+    }
+
+
+def run(*, loss: float, duplicates: float, hours: float, seed: int, clouds: int = 2, resources: int = 60,
+        interval_s: float = 600, settle_window: float = 300.0, progress: Callable[[datetime], None] | None = None) -> dict[str, Any]:
+    spec = SimulationSpec(
+        clouds=tuple(f"sim-{i + 1}" for i in range(clouds)), resources=resources, hours=hours, seed=seed,
+        delivery=DeliverySpec(loss=loss, duplicates=duplicates),
+    )
+    d = drive(simulate(spec), interval=timedelta(seconds=interval_s), settle_window=settle_window, progress=progress)
+    return report(d)

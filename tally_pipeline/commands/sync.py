@@ -1,0 +1,65 @@
+"""``tally sync CLOUD``: one reconciliation run; ``tally sync-runs``: the latest runs."""
+
+from __future__ import annotations
+
+import json
+
+import click
+
+from tally_pipeline.cli import with_runtime
+from tally_pipeline.core.timeutil import TimestampError, format_rfc3339, parse_rfc3339
+from tally_pipeline.runtime import Runtime, UnknownCloud
+
+
+def _default(value):
+    return format_rfc3339(value) if hasattr(value, "isoformat") else str(value)
+
+
+@click.command("sync")
+@click.argument("cloud")
+@click.option("--run-key", help="Deterministic key for the synthetic event ids (default: manual:<poll time>).")
+@click.option("--at", "at", help="Poll time (RFC 3339) to date corrections at (default: now). For simulated clouds.")
+@click.option("--json", "as_json", is_flag=True, help="Print the sync_runs row as JSON.")
+@with_runtime
+def sync(rt: Runtime, cloud: str, run_key: str | None, at: str | None, as_json: bool) -> None:
+    """Reconcile CLOUD against its platform: list, diff, write sync.* events, record the run."""
+    from tally_pipeline.sync import SyncInProgress
+
+    try:
+        now = parse_rfc3339(at) if at else None
+    except TimestampError as exc:
+        raise click.BadParameter(str(exc), param_hint="--at") from None
+    try:
+        run = rt.sync(cloud, now=now, run_key=run_key)
+    except (UnknownCloud, SyncInProgress) as exc:
+        raise click.ClickException(str(exc)) from None
+    if as_json:
+        click.echo(json.dumps(run.as_json(), indent=2, default=_default))
+    else:
+        click.echo(
+            f"{run.cloud}: {run.status} at {format_rfc3339(run.poll_time)}: created {run.created}, updated "
+            f"{run.updated}, deleted {run.deleted}, recovered {run.recovered}, deferred {run.deferred} "
+            f"({', '.join(f'{k}={v}' for k, v in run.deferrals_by_reason().items()) or 'none'}); "
+            f"drift {run.drift:.2%} of {run.live_before} live"
+        )
+        for rtype, outcome in run.per_type.items():
+            state = f"{outcome['listed']} listed" if outcome["status"] == "enumerated" else f"FAILED: {outcome['reason']}"
+            click.echo(f"  {rtype:14} {state}, {outcome['corrections']} corrections, {outcome['deferred']} deferred")
+    if run.status == "failed":
+        raise SystemExit(1)
+
+
+@click.command("sync-runs")
+@click.option("--cloud")
+@click.option("--limit", type=click.IntRange(min=1), default=20, show_default=True)
+@with_runtime
+def sync_runs(rt: Runtime, cloud: str | None, limit: int) -> None:
+    """The latest reconciliation runs, newest first, as JSON."""
+    from tally_pipeline.sync import sync_runs as latest
+
+    click.echo(json.dumps(latest(rt.store, cloud=cloud, limit=limit), indent=2, default=_default))
+
+
+def register(main: click.Group) -> None:
+    main.add_command(sync)
+    main.add_command(sync_runs)

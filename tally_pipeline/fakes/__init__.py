@@ -1,0 +1,1 @@
+"""Fakes of outside systems, real enough to be driven by their real clients (tests and benchmarks)."""

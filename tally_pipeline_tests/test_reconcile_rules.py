@@ -1,0 +1,168 @@
+"""The reconcile core (pure): one test per row of the action table and per deferral reason."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from tally_pipeline.adapters.base import DeletedListing, DeletedResource, Enumerated, Failed, ListedResource
+from tally_pipeline.core.reconcile import (
+    ProjectedResource,
+    Settings,
+    plan,
+    synthetic_event_id,
+    synthetic_events,
+)
+
+NOW = datetime(2026, 3, 2, 12, 0, tzinfo=UTC)
+OLD = NOW - timedelta(days=1)
+SETTINGS = Settings(settle_window=timedelta(seconds=300), mass_delete_guard=0.5)
+S1, S2 = {"gb": 10}, {"gb": 20}
+
+
+def listed(rid: str, *, size=S1, project="p1", status="available", transition=False, created=OLD, updated=None,
+           rtype="volume") -> ListedResource:
+    return ListedResource(rtype, rid, project, size, status, transition, created, updated or created)
+
+
+def known(rid: str, *, status="live", size=S1, project="p1", last=OLD, rtype="volume") -> ProjectedResource:
+    return ProjectedResource.at(rtype, rid, status, project if status != "unborn" else None,
+                                size if status != "unborn" else None, last)
+
+
+def only(items, rtype="volume"):
+    return [Enumerated(rtype, list(items))]
+
+
+def one(result):
+    assert len(result.corrections) == 1, result
+    return result.corrections[0]
+
+
+def test_platform_has_it_projection_never_knew_it_creates_at_created_at() -> None:
+    c = one(plan([], only([listed("v1", created=OLD)]), None, SETTINGS, NOW))
+    assert (c.action, c.occurred_at, c.project_id, c.size) == ("create", OLD, "p1", S1)
+
+
+def test_platform_has_it_projection_only_heard_updates_creates_at_created_at() -> None:
+    c = one(plan([known("v1", status="unborn")], only([listed("v1", created=OLD)]), None, SETTINGS, NOW))
+    assert (c.action, c.occurred_at) == ("create", OLD)
+
+
+def test_platform_has_it_projection_holds_it_deleted_creates_at_poll_time() -> None:
+    c = one(plan([known("v1", status="deleted")], only([listed("v1", created=OLD)]), None, SETTINGS, NOW))
+    assert (c.action, c.occurred_at) == ("create", NOW)
+
+
+def test_platform_lacks_it_projection_live_deletes_at_poll_time() -> None:
+    c = one(plan([known("v1")], only([]), None, SETTINGS, NOW))
+    assert (c.action, c.occurred_at, c.resource_id) == ("delete", NOW, "v1")
+
+
+def test_delete_dated_at_the_platforms_deletion_time_when_it_has_one() -> None:
+    gone = DeletedListing(True, [DeletedResource("instance", "i1", "p1", {}, OLD, NOW - timedelta(hours=2))])
+    c = one(plan([known("i1", rtype="instance")], only([], "instance"), gone, SETTINGS, NOW))
+    assert (c.action, c.occurred_at) == ("delete", NOW - timedelta(hours=2))
+
+
+def test_other_size_or_project_updates_at_poll_time() -> None:
+    c = one(plan([known("v1")], only([listed("v1", size=S2)]), None, SETTINGS, NOW))
+    assert (c.action, c.occurred_at, c.size) == ("update", NOW, S2)
+    c = one(plan([known("v1")], only([listed("v1", project="p2")]), None, SETTINGS, NOW))
+    assert (c.action, c.project_id) == ("update", "p2")
+
+
+def test_in_sync_means_nothing() -> None:
+    result = plan([known("v1")], only([listed("v1")]), None, SETTINGS, NOW)
+    assert result.corrections == [] and result.deferrals == []
+
+
+@pytest.mark.parametrize(
+    ("projected", "listing", "action"),
+    [
+        ([], [listed("v1", status="creating", transition=True)], "create"),
+        ([known("v1")], [listed("v1", size=S2, status="extending", transition=True)], "update"),
+    ],
+)
+def test_in_transition_is_deferred(projected, listing, action) -> None:
+    result = plan(projected, only(listing), None, SETTINGS, NOW)
+    assert result.corrections == []
+    [d] = result.deferrals
+    assert (d.reason, d.action) == ("in_transition", action)
+    assert d.retry_after == NOW + timedelta(seconds=300)
+
+
+@pytest.mark.parametrize(
+    ("projected", "listing", "action", "dated"),
+    [
+        ([], [listed("v1", created=NOW - timedelta(seconds=60))], "create", NOW - timedelta(seconds=60)),
+        ([known("v1", status="deleted", last=NOW - timedelta(seconds=30))], [listed("v1")], "create", NOW - timedelta(seconds=30)),
+        ([known("v1")], [listed("v1", size=S2, updated=NOW - timedelta(seconds=10))], "update", NOW - timedelta(seconds=10)),
+        ([known("v1", last=NOW - timedelta(seconds=100))], [listed("v1", size=S2)], "update", NOW - timedelta(seconds=100)),
+        ([known("v1", last=NOW - timedelta(seconds=200))], [], "delete", NOW - timedelta(seconds=200)),
+    ],
+)
+def test_inside_the_settle_window_is_deferred(projected, listing, action, dated) -> None:
+    result = plan(projected, only(listing), None, SETTINGS, NOW)
+    assert result.corrections == []
+    [d] = result.deferrals
+    assert (d.reason, d.action, d.retry_after) == ("settle_window", action, dated + timedelta(seconds=300))
+
+
+def test_mass_delete_guard_holds_the_deletes_and_flags_the_type() -> None:
+    projected = [known(f"v{i}") for i in range(40)]
+    listing = [listed(f"v{i}") for i in range(15)]  # 25 of 40 (62 %) missing
+    result = plan(projected, only(listing), None, SETTINGS, NOW)
+    assert result.corrections == []
+    assert len(result.deferrals) == 25 and {d.reason for d in result.deferrals} == {"mass_delete_guard"}
+    assert result.types["volume"].guard_tripped
+    assert all(d.retry_after is None for d in result.deferrals)
+
+
+def test_mass_delete_guard_spares_small_clouds_and_can_be_switched_off() -> None:
+    small = plan([known(f"v{i}") for i in range(19)], only([]), None, SETTINGS, NOW)
+    assert small.count("delete") == 19
+    off = plan([known(f"v{i}") for i in range(40)], only([]), None,
+               Settings(timedelta(seconds=300), 1.0), NOW)
+    assert off.count("delete") == 40
+    below = plan([known(f"v{i}") for i in range(40)], only([listed(f"v{i}") for i in range(20)]), None, SETTINGS, NOW)
+    assert below.count("delete") == 20  # exactly half: not more than the share
+
+
+def test_failed_type_never_produces_a_delete_but_an_empty_enumeration_does() -> None:
+    projected = [known("v1"), known("i1", rtype="instance")]
+    result = plan(projected, [Failed("volume", "HTTP 500"), Enumerated("instance", [])], None, SETTINGS, NOW)
+    assert [(c.action, c.resource_id) for c in result.corrections] == [("delete", "i1")]
+    assert result.types["volume"].status == "failed" and result.types["volume"].reason == "HTTP 500"
+
+
+def test_recovery_of_a_resource_created_and_deleted_between_runs() -> None:
+    created, deleted = NOW - timedelta(hours=3), NOW - timedelta(hours=2)
+    gone = DeletedListing(True, [DeletedResource("instance", "i9", "p3", {"vcpus": 2}, created, deleted)])
+    result = plan([], only([], "instance"), gone, SETTINGS, NOW)
+    assert [(c.action, c.occurred_at, c.recovered) for c in result.corrections] == [
+        ("create", created, True), ("delete", deleted, True)]
+    assert result.corrections[0].project_id == "p3"
+    recent = DeletedListing(True, [DeletedResource("instance", "i9", "p3", {}, created, NOW - timedelta(seconds=30))])
+    deferred = plan([], only([], "instance"), recent, SETTINGS, NOW)
+    assert deferred.corrections == [] and deferred.deferrals[0].reason == "settle_window"
+    already = plan([known("i9", status="deleted", rtype="instance")], only([], "instance"), gone, SETTINGS, NOW)
+    assert already.corrections == []
+
+
+def test_unavailable_deleted_listing_falls_back_to_poll_time() -> None:
+    gone = DeletedListing(False, reason="deleted filter ignored (not admin)")
+    c = one(plan([known("i1", rtype="instance")], only([], "instance"), gone, SETTINGS, NOW))
+    assert c.occurred_at == NOW
+
+
+def test_synthetic_ids_are_deterministic_per_run_key_and_verb() -> None:
+    a = synthetic_event_id("c1", "tick:1", "volume", "v1", "create")
+    assert a == synthetic_event_id("c1", "tick:1", "volume", "v1", "create")
+    assert len({a, synthetic_event_id("c1", "tick:2", "volume", "v1", "create"),
+                synthetic_event_id("c1", "tick:1", "volume", "v1", "delete"),
+                synthetic_event_id("c2", "tick:1", "volume", "v1", "create")}) == 4
+    events = synthetic_events("c1", "tick:1", plan([], only([listed("v1")]), None, SETTINGS, NOW).corrections)
+    assert events[0]["event_type"] == "sync.create" and events[0]["source"] == "reconciliation"
+    assert events[0]["event_id"] == a and events[0]["payload"]["size"] == S1

@@ -63,6 +63,11 @@ class Runtime:
                         mass_delete_guard=settings.mass_delete_guard, now=now, run_key=run_key)
 
     def close(self) -> None:
+        for adapter in self._adapters.values():
+            close = getattr(adapter, "close", None)
+            if close is not None:
+                close()
+        self._adapters.clear()
         if self._store is not None:
             self._store.close()
             self._store = None

@@ -1,0 +1,136 @@
+"""``tally bench openstack``: list N servers from the fake OpenStack through the adapter.
+
+The fake runs in this process; the listing runs in a fresh child process per N, so its memory is
+the adapter's alone. Peak RSS is sampled from ``/proc/self/statm`` four times per 1000-item page
+while listing (``ru_maxrss`` is no use here: Linux carries it across ``exec`` from the forking
+parent, which holds the fake's records). Because the adapter streams page by page, the growth
+while listing should not depend on N: 50,000 servers should cost what 5,000 do.
+"""
+
+from __future__ import annotations
+
+import json
+import resource
+import subprocess
+import sys
+import time
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import click
+
+CHILD_FLAG = "--child"
+
+
+def _servers(n: int, start: datetime) -> list[Any]:
+    from tally_pipeline.sim.platform import PlatformRecord
+
+    flavors = [("m1.small", 1, 2048, 20), ("m1.medium", 2, 4096, 40), ("m1.large", 4, 8192, 80)]
+    records = []
+    for i in range(n):
+        name, vcpus, ram, disk = flavors[i % len(flavors)]
+        created = start + timedelta(seconds=i)
+        records.append(PlatformRecord(
+            resource_type="instance",
+            resource_id=f"00000000-0000-4000-8000-{i:012d}",
+            project_id=f"project-{i % 97:03d}",
+            size={"flavor_name": name, "vcpus": vcpus, "ram_mb": ram, "disk_gb": disk},
+            status="ACTIVE",
+            task_state=None,
+            created_at=created,
+            updated_at=created,
+            name=f"bench-{i}",
+        ))
+    return records
+
+
+def run(servers: list[int], *, page_size: int = 1000) -> dict[str, Any]:
+    """Measure each N in its own child process; the fake serves from this one."""
+    from tally_pipeline.fakes.openstack import FakeOpenStack
+    from tally_pipeline.fakes.static_view import StaticView
+
+    start = datetime(2026, 1, 1, tzinfo=UTC)
+    runs = []
+    for n in servers:
+        view = StaticView.of(_servers(n, start))
+        with FakeOpenStack(view, at=start + timedelta(days=1)) as fake:
+            spec = {"auth": fake.auth(), "page_size": page_size}
+            child = subprocess.run(
+                [sys.executable, "-m", __name__, CHILD_FLAG, json.dumps(spec)],
+                capture_output=True, text=True, check=False, timeout=3600,
+            )
+            requests = len(fake.list_requests("instance"))
+        if child.returncode != 0:
+            raise click.ClickException(f"listing {n} servers failed: {child.stderr.strip()[-2000:]}")
+        result = json.loads(child.stdout)
+        result["list_requests"] = requests
+        runs.append({"servers": n, **result})
+    report: dict[str, Any] = {"benchmark": "openstack_listing", "page_size": page_size, "runs": runs}
+    if len(runs) >= 2:
+        report["rss_growth_difference_mb"] = round(runs[-1]["rss_growth_mb"] - runs[0]["rss_growth_mb"], 1)
+    return report
+
+
+def _child(spec: dict[str, Any]) -> dict[str, Any]:
+    """List every server once; report items/s and memory (this process only)."""
+    from tally_pipeline.adapters.openstack import OpenStackAdapter
+    from tally_pipeline.config import OpenStackCloud
+
+    config = OpenStackCloud(provider="openstack", auth=spec["auth"], page_size=spec["page_size"],
+                            resource_types=["instance"], timeout=120, retries=0)
+    with OpenStackAdapter("bench", config) as adapter:
+        adapter.connection.authorize()  # keystone and imports are paid before the baseline
+        baseline = _current_rss_mb()
+        highest = baseline
+        began = time.perf_counter()
+        items = 0
+        for _ in adapter.enumerate("instance", at=datetime.now(UTC)):
+            items += 1
+            if items % 250 == 0:  # a few samples per page: cheap, and fine enough to see growth
+                highest = max(highest, _current_rss_mb())
+        seconds = time.perf_counter() - began
+        highest = max(highest, _current_rss_mb())
+        microversion = adapter.nova_microversion
+    return {
+        "items": items,
+        "seconds": round(seconds, 3),
+        "items_per_s": round(items / seconds, 1) if seconds > 0 else None,
+        "rss_before_mb": round(baseline, 1),
+        "peak_rss_mb": round(highest, 1),
+        "rss_growth_mb": round(highest - baseline, 1),
+        "nova_microversion": microversion,
+    }
+
+
+def _current_rss_mb() -> float:
+    try:
+        with open("/proc/self/statm") as statm:
+            pages = int(statm.read().split()[1])
+    except OSError:  # not Linux: the high-water mark is the best we have (KiB on Linux, bytes on macOS)
+        return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    return pages * resource.getpagesize() / (1024 * 1024)
+
+
+@click.command("openstack")
+@click.option("--servers", "servers", type=click.IntRange(min=1), multiple=True, default=(5_000, 50_000),
+              show_default=True, help="Servers in the fake cloud; repeat to compare sizes.")
+@click.option("--page-size", type=click.IntRange(1, 1000), default=1000, show_default=True)
+def bench_openstack(servers: tuple[int, ...], page_size: int) -> None:
+    """List N servers from a local fake OpenStack through the adapter: items/s and peak RSS."""
+    click.echo(json.dumps(run(list(servers), page_size=page_size), indent=2))
+
+
+def register(main: click.Group) -> None:
+    group = main.commands.get("bench")
+    if group is None:
+        @main.group("bench")
+        def bench() -> None:
+            """Benchmarks: each prints its measurements as JSON."""
+
+        group = bench
+    assert isinstance(group, click.Group)
+    group.add_command(bench_openstack)
+
+
+if __name__ == "__main__" and len(sys.argv) == 3 and sys.argv[1] == CHILD_FLAG:
+    print(json.dumps(_child(json.loads(sys.argv[2]))))

@@ -1,0 +1,354 @@
+"""A fake OpenStack over real HTTP, for driving the real openstacksdk in tests and benchmarks.
+
+One loopback server plays keystone v3 (password auth, token, service catalog) and the five list
+APIs the adapter reads, each under its own path prefix and paging the way that service pages:
+
+==============  ==================  ===========================================================
+service type    prefix              list endpoint (paging)
+==============  ==================  ===========================================================
+identity        ``/identity``       ``POST /v3/auth/tokens``
+compute         ``/compute``        ``GET /v2.1/servers/detail`` (``servers_links`` on a full page)
+volumev3        ``/volume``         ``GET /v3/{project}/volumes/detail`` (``volumes_links``)
+network         ``/network``        ``GET /v2.0/floatingips`` (``floatingips_links`` while more exist)
+image           ``/image``          ``GET /v2/images`` (top-level ``next``; default page 25)
+load-balancer   ``/load-balancer``  ``GET /v2.0/lbaas/loadbalancers`` (``loadbalancers_links``)
+==============  ==================  ===========================================================
+
+What it lists comes from any ``PlatformView`` at the instant its clock gives, so the simulator's
+ground truth plugs in unchanged. Faults are injected per resource type (see ``inject``).
+
+Roles decide scope, as in a real cloud: ``admin`` sees every project and nova's deleted servers;
+``reader`` (an auditor granted the all-projects policies) sees every project but nova silently
+ignores its ``deleted`` filter; ``member`` sees its own project only and gets 403 for
+``all_tenants`` on nova.
+"""
+
+from __future__ import annotations
+
+import secrets
+import socket
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from http.server import ThreadingHTTPServer
+from typing import Any, Literal
+
+from tally_pipeline.fakes import openstack_json as render
+from tally_pipeline.sim.platform import FailureMode, PlatformView
+
+FaultKind = Literal["error", "unavailable", "timeout", "malformed", "absent"]
+RESOURCE_TYPES = ("instance", "volume", "floating_ip", "image", "load_balancer")
+CINDER_MAX = (3, 71)
+DOMAIN = {"id": "default", "name": "Default"}
+
+
+@dataclass(frozen=True)
+class Service:
+    service_type: str
+    name: str
+    prefix: str
+    default_limit: int | None  # page size when the client sends no limit (None: everything)
+    max_limit: int | None
+
+
+SERVICES: dict[str, Service] = {
+    "instance": Service("compute", "nova", "/compute", 1000, 1000),
+    "volume": Service("volumev3", "cinderv3", "/volume", 1000, 1000),
+    "floating_ip": Service("network", "neutron", "/network", None, None),
+    "image": Service("image", "glance", "/image", 25, 1000),
+    "load_balancer": Service("load-balancer", "octavia", "/load-balancer", 1000, 1000),
+}
+
+
+@dataclass
+class Fault:
+    """A fault on one resource type's list endpoint.
+
+    ``after_pages`` lets that many list requests succeed first (a failure mid-listing);
+    ``times`` bounds how often it fires (None: until cleared). ``absent`` drops the service from
+    the catalog of tokens issued from then on.
+    """
+
+    kind: FaultKind
+    after_pages: int = 0
+    times: int | None = None
+    seen: int = 0
+    fired: int = 0
+
+    def fires(self) -> bool:
+        self.seen += 1
+        if self.seen <= self.after_pages or (self.times is not None and self.fired >= self.times):
+            return False
+        self.fired += 1
+        return True
+
+
+@dataclass(frozen=True)
+class User:
+    name: str
+    password: str
+    project_id: str
+    project_name: str
+    roles: tuple[str, ...]
+
+    @property
+    def all_projects(self) -> bool:
+        return "admin" in self.roles or "reader" in self.roles
+
+    @property
+    def admin(self) -> bool:
+        return "admin" in self.roles
+
+
+@dataclass(frozen=True)
+class RecordedRequest:
+    """One request the fake answered: enough for tests to check what the client really sent."""
+
+    method: str
+    path: str
+    query: dict[str, list[str]]
+    resource_type: str | None  # set on list requests
+    microversion_header: str | None  # OpenStack-API-Version or X-OpenStack-Nova-API-Version as sent
+    microversion: str | None  # the microversion the fake answered with (nova, cinder)
+    status: int
+
+
+@dataclass
+class Token:
+    user: User
+    services: frozenset[str]  # resource types whose service was in the catalog at issue time
+
+
+class FakeOpenStack:
+    """A fake OpenStack cloud on ``127.0.0.1:<free port>``, backed by a ``PlatformView``.
+
+    Use as a context manager (or ``start()``/``stop()``). ``auth_url`` is the keystone endpoint;
+    ``auth()`` and ``clouds_yaml_entry()`` give ready-made client settings.
+    """
+
+    def __init__(
+        self,
+        view: PlatformView,
+        *,
+        cloud: str = "fake",
+        at: datetime | None = None,
+        clock: Callable[[], datetime] | None = None,
+        nova_max_microversion: str = "2.96",
+        region: str = "RegionOne",
+        hang_limit: float = 30.0,
+    ):
+        self.view = view
+        self.cloud = cloud
+        self.region = region
+        self.hang_limit = hang_limit
+        self.nova_max = render.parse_microversion(nova_max_microversion)
+        self._clock: Callable[[], datetime] = clock or (lambda: datetime.now(UTC))
+        if at is not None:
+            self.set_time(at)
+        self._faults: dict[str, Fault] = {}
+        self._users: dict[str, User] = {}
+        self._tokens: dict[str, Token] = {}
+        self._lock = threading.Lock()
+        self._recorded = threading.Condition(self._lock)
+        self._requests: list[RecordedRequest] = []
+        self._connections: set[socket.socket] = set()
+        self._stopping = threading.Event()
+        self._httpd: ThreadingHTTPServer | None = None
+        self._thread: threading.Thread | None = None
+        self.add_user("admin", "secret", project_name="admin", roles=("admin",))
+
+    # --- control ---------------------------------------------------------------------------
+
+    def set_time(self, at: datetime) -> None:
+        """Answer every later request as of ``at`` (an aware datetime)."""
+        fixed = at if at.tzinfo else at.replace(tzinfo=UTC)
+        self._clock = lambda: fixed
+
+    def now(self) -> datetime:
+        return self._clock()
+
+    def add_user(
+        self, name: str, password: str, *, project_name: str, roles: tuple[str, ...] = ("member",),
+        project_id: str | None = None,
+    ) -> User:
+        user = User(name, password, project_id or render.stable_id("project", project_name), project_name, tuple(roles))
+        with self._lock:
+            self._users[name] = user
+        return user
+
+    def user(self, name: str) -> User:
+        return self._users[name]
+
+    def inject(self, resource_type: str, kind: FaultKind, *, after_pages: int = 0, times: int | None = None) -> Fault:
+        """Make ``resource_type``'s list endpoint fail: ``error`` (HTTP 500), ``unavailable``
+        (HTTP 503, which clients retry), ``timeout`` (hang until the client gives up or the server
+        stops), ``malformed`` (a truncated JSON page), ``absent`` (not in the catalog)."""
+        if resource_type not in SERVICES:
+            raise ValueError(f"unknown resource type {resource_type!r}")
+        fault = Fault(kind, after_pages, times)
+        with self._lock:
+            self._faults[resource_type] = fault
+        return fault
+
+    def clear_faults(self) -> None:
+        with self._lock:
+            self._faults.clear()
+
+    @property
+    def requests(self) -> list[RecordedRequest]:
+        with self._lock:
+            return list(self._requests)
+
+    def list_requests(self, resource_type: str) -> list[RecordedRequest]:
+        return [r for r in self.requests if r.resource_type == resource_type]
+
+    def wait_for(self, predicate: Callable[[RecordedRequest], bool], timeout: float = 10.0) -> RecordedRequest | None:
+        """Block until a request matching ``predicate`` has been received (hanging ones included,
+        with status 0); None after ``timeout`` seconds."""
+        found: list[RecordedRequest] = []
+
+        def matched() -> bool:
+            found[:] = [r for r in self._requests if predicate(r)][:1]
+            return bool(found)
+
+        with self._recorded:
+            self._recorded.wait_for(matched, timeout)
+        return found[0] if found else None
+
+    def clear_requests(self) -> None:
+        with self._lock:
+            self._requests.clear()
+
+    # --- lifecycle -------------------------------------------------------------------------
+
+    @property
+    def port(self) -> int:
+        if self._httpd is None:
+            raise RuntimeError("the fake OpenStack is not running")
+        return self._httpd.server_address[1]
+
+    @property
+    def base_url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    @property
+    def auth_url(self) -> str:
+        return f"{self.base_url}/identity"
+
+    def auth(self, user: str = "admin") -> dict[str, Any]:
+        """Inline password-auth settings for ``user`` (the shape of a clouds.yaml ``auth`` block)."""
+        u = self._users[user]
+        return {
+            "auth_url": self.auth_url,
+            "username": u.name,
+            "password": u.password,
+            "project_name": u.project_name,
+            "user_domain_name": DOMAIN["name"],
+            "project_domain_name": DOMAIN["name"],
+        }
+
+    def clouds_yaml_entry(self, user: str = "admin") -> dict[str, Any]:
+        """One ``clouds:`` entry of a clouds.yaml pointing at this server."""
+        return {"auth": self.auth(user), "auth_type": "password", "region_name": self.region, "identity_api_version": 3}
+
+    def tally_cloud_entry(self, user: str = "admin", **overrides: Any) -> dict[str, Any]:
+        """A ``clouds:`` entry of *our* config file (``provider: openstack``) pointing at this server,
+        with short timeouts for tests; ``overrides`` replace any key (e.g. ``page_size``)."""
+        return {"provider": "openstack", "auth": self.auth(user), "auth_type": "password",
+                "region_name": self.region, "timeout": 5, "retries": 1, "retry_delay": 0.05, **overrides}
+
+    def start(self) -> FakeOpenStack:
+        if self._httpd is not None:
+            return self
+        self._stopping.clear()
+        from tally_pipeline.fakes.openstack_http import Handler
+
+        httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        httpd.fake = self  # type: ignore[attr-defined]
+        self._httpd = httpd
+        self._thread = threading.Thread(target=httpd.serve_forever, kwargs={"poll_interval": 0.05},
+                                        name="fake-openstack", daemon=True)
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        """Stop serving: hanging requests end, open connections close, threads are joined."""
+        httpd, self._httpd = self._httpd, None
+        if httpd is None:
+            return
+        self._stopping.set()
+        httpd.shutdown()
+        with self._lock:
+            connections = list(self._connections)
+        for conn in connections:
+            try:
+                conn.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass  # already closed by the client
+        httpd.server_close()
+        if self._thread is not None:
+            self._thread.join()
+            self._thread = None
+
+    def __enter__(self) -> FakeOpenStack:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    # --- internals used by the handler -----------------------------------------------------
+
+    def _track(self, conn: socket.socket, *, open_: bool) -> None:
+        with self._lock:
+            if open_:
+                self._connections.add(conn)
+            else:
+                self._connections.discard(conn)
+
+    def _record(self, request: RecordedRequest) -> None:
+        with self._recorded:
+            self._requests.append(request)
+            self._recorded.notify_all()
+
+    def _fault_for(self, resource_type: str) -> FaultKind | FailureMode | None:
+        with self._lock:
+            fault = self._faults.get(resource_type)
+            if fault is not None and fault.kind != "absent" and fault.fires():
+                return fault.kind
+        return self.view.failure(self.cloud, resource_type)
+
+    def _catalog_types(self) -> frozenset[str]:
+        with self._lock:
+            absent = {t for t, f in self._faults.items() if f.kind == "absent"}
+        return frozenset(t for t in SERVICES if t not in absent)
+
+    def _issue_token(self, user: User) -> tuple[str, Token]:
+        token = secrets.token_hex(16)
+        issued = Token(user, self._catalog_types())
+        with self._lock:
+            self._tokens[token] = issued
+        return token, issued
+
+    def _token(self, value: str | None) -> Token | None:
+        if not value:
+            return None
+        with self._lock:
+            return self._tokens.get(value)
+
+    def _check_password(self, auth: dict[str, Any]) -> User | None:
+        try:
+            identity = auth["identity"]
+            user_spec = identity["password"]["user"]
+        except (KeyError, TypeError):
+            return None
+        if "password" not in identity.get("methods", []):
+            return None
+        with self._lock:
+            users = list(self._users.values())
+        name, user_id = user_spec.get("name"), user_spec.get("id")
+        for user in users:
+            if name == user.name or (name is None and user_id == render.stable_id("user", user.name)):
+                given = str(user_spec.get("password", ""))
+                return user if secrets.compare_digest(given.encode(), user.password.encode()) else None
+        return None

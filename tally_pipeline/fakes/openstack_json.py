@@ -1,0 +1,281 @@
+"""How each OpenStack service spells a resource: ``PlatformRecord`` rendered as nova, cinder, neutron,
+glance and octavia JSON, in each service's own field names and time formats.
+
+The formats differ on purpose (nova ``created`` has a ``Z``, cinder and octavia times carry no
+timezone, nova's ``terminated_at`` has microseconds and no timezone), because a client has to
+cope with exactly these differences.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import uuid
+from datetime import UTC, datetime
+from typing import Any
+
+from tally_pipeline.sim.platform import PlatformRecord
+
+NOVA_FLAVOR_MICROVERSION = (2, 47)
+
+_VM_STATE = {
+    "ACTIVE": "active",
+    "BUILD": "building",
+    "SHUTOFF": "stopped",
+    "PAUSED": "paused",
+    "SUSPENDED": "suspended",
+    "RESIZE": "active",
+    "VERIFY_RESIZE": "resized",
+    "REVERT_RESIZE": "resized",
+    "ERROR": "error",
+    "DELETED": "deleted",
+    "SHELVED_OFFLOADED": "shelved_offloaded",
+}
+_NAMESPACE = uuid.UUID("5b0f2e5c-3b1e-4d8e-9a59-0c1a3f6e7d21")
+
+
+def parse_microversion(text: str) -> tuple[int, int]:
+    major, _, minor = text.strip().partition(".")
+    return int(major), int(minor or 0)
+
+
+def format_microversion(version: tuple[int, int]) -> str:
+    return f"{version[0]}.{version[1]}"
+
+
+def _utc(value: datetime) -> datetime:
+    return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
+
+
+def time_z(value: datetime | None) -> str | None:
+    """Nova ``created``/``updated``, neutron and glance: seconds and a ``Z``."""
+    return None if value is None else _utc(value).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def time_naive_micro(value: datetime | None) -> str | None:
+    """Cinder times and nova's ``OS-SRV-USG`` times: microseconds, no timezone (UTC implied)."""
+    return None if value is None else _utc(value).strftime("%Y-%m-%dT%H:%M:%S.%f")
+
+
+def time_naive(value: datetime | None) -> str | None:
+    """Octavia: seconds, no timezone."""
+    return None if value is None else _utc(value).strftime("%Y-%m-%dT%H:%M:%S")
+
+
+def stable_id(*parts: str) -> str:
+    return str(uuid.uuid5(_NAMESPACE, "/".join(parts)))
+
+
+def volume_type_id(name: str) -> str:
+    return stable_id("volume_type", name)
+
+
+def _address(resource_id: str) -> str:
+    digest = hashlib.blake2b(resource_id.encode(), digest_size=2).digest()
+    return f"203.0.{digest[0] % 114}.{1 + digest[1] % 253}"
+
+
+def server_json(record: PlatformRecord, *, microversion: tuple[int, int], base_url: str) -> dict[str, Any]:
+    size = record.size
+    flavor_name = str(size.get("flavor_name", "unknown"))
+    if microversion >= NOVA_FLAVOR_MICROVERSION:
+        flavor: dict[str, Any] = {
+            "original_name": flavor_name,
+            "vcpus": size.get("vcpus"),
+            "ram": size.get("ram_mb"),
+            "disk": size.get("disk_gb"),
+            "ephemeral": 0,
+            "swap": 0,
+            "extra_specs": {"hw:cpu_policy": "shared"},
+        }
+    else:
+        flavor_id = stable_id("flavor", flavor_name)
+        flavor = {
+            "id": flavor_id,
+            "links": [{"rel": "bookmark", "href": f"{base_url}/flavors/{flavor_id}"}],
+        }
+    deleted = record.status == "DELETED"
+    return {
+        "id": record.resource_id,
+        "name": record.name or f"server-{record.resource_id[:8]}",
+        "status": record.status,
+        "tenant_id": record.project_id,
+        "user_id": stable_id("user", record.project_id),
+        "created": time_z(record.created_at),
+        "updated": time_z(record.updated_at),
+        "flavor": flavor,
+        "image": {"id": stable_id("image", "cirros"), "links": []},
+        "addresses": {},
+        "metadata": {},
+        "hostId": "" if deleted else hashlib.sha224(record.project_id.encode()).hexdigest(),
+        "key_name": None,
+        "config_drive": "",
+        "progress": 0,
+        "locked": False,
+        "description": None,
+        "tags": [],
+        "links": [
+            {"rel": "self", "href": f"{base_url}/servers/{record.resource_id}"},
+            {"rel": "bookmark", "href": f"{base_url}/servers/{record.resource_id}"},
+        ],
+        "OS-DCF:diskConfig": "MANUAL",
+        "OS-EXT-AZ:availability_zone": "nova",
+        "OS-EXT-STS:power_state": 0 if deleted else 1,
+        "OS-EXT-STS:task_state": record.task_state,
+        "OS-EXT-STS:vm_state": _VM_STATE.get(record.status, "active"),
+        "OS-SRV-USG:launched_at": time_naive_micro(record.created_at),
+        "OS-SRV-USG:terminated_at": time_naive_micro(record.deleted_at) if deleted else None,
+        "os-extended-volumes:volumes_attached": [],
+        "security_groups": [] if deleted else [{"name": "default"}],
+    }
+
+
+def volume_json(record: PlatformRecord, *, base_url: str) -> dict[str, Any]:
+    return {
+        "id": record.resource_id,
+        "name": record.name or None,
+        "description": None,
+        "status": record.status,
+        "size": record.size.get("gb"),
+        "volume_type": record.size.get("volume_type"),
+        "volume_type_id": volume_type_id(record.size["volume_type"]) if record.size.get("volume_type") else None,
+        "os-vol-tenant-attr:tenant_id": record.project_id,
+        "user_id": stable_id("user", record.project_id),
+        "created_at": time_naive_micro(record.created_at),
+        "updated_at": time_naive_micro(record.updated_at),
+        "availability_zone": "nova",
+        "bootable": "false",
+        "encrypted": False,
+        "multiattach": False,
+        "attachments": [],
+        "metadata": {},
+        "snapshot_id": None,
+        "source_volid": None,
+        "consistencygroup_id": None,
+        "replication_status": None,
+        "migration_status": None,
+        "os-vol-host-attr:host": "cinder@lvm#lvm",
+        "links": [{"rel": "self", "href": f"{base_url}/volumes/{record.resource_id}"}],
+    }
+
+
+def floating_ip_json(record: PlatformRecord) -> dict[str, Any]:
+    return {
+        "id": record.resource_id,
+        "tenant_id": record.project_id,
+        "project_id": record.project_id,
+        "floating_ip_address": _address(record.resource_id),
+        "floating_network_id": record.size.get("floating_network_id"),
+        "router_id": None,
+        "port_id": None,
+        "fixed_ip_address": None,
+        "status": record.status,
+        "description": "",
+        "dns_domain": "",
+        "dns_name": "",
+        "qos_policy_id": None,
+        "port_details": None,
+        "tags": [],
+        "revision_number": 0,
+        "created_at": time_z(record.created_at),
+        "updated_at": time_z(record.updated_at),
+    }
+
+
+def image_json(record: PlatformRecord) -> dict[str, Any]:
+    return {
+        "id": record.resource_id,
+        "name": record.name or None,
+        "status": record.status,
+        "owner": record.project_id,
+        "size": record.size.get("bytes"),
+        "virtual_size": None,
+        "visibility": "private",
+        "protected": False,
+        "os_hidden": False,
+        "disk_format": "qcow2",
+        "container_format": "bare",
+        "checksum": None,
+        "os_hash_algo": None,
+        "os_hash_value": None,
+        "min_disk": 0,
+        "min_ram": 0,
+        "tags": [],
+        "created_at": time_z(record.created_at),
+        "updated_at": time_z(record.updated_at),
+        "self": f"/v2/images/{record.resource_id}",
+        "file": f"/v2/images/{record.resource_id}/file",
+        "schema": "/v2/schemas/image",
+    }
+
+
+def load_balancer_json(record: PlatformRecord) -> dict[str, Any]:
+    return {
+        "id": record.resource_id,
+        "name": record.name or "",
+        "description": "",
+        "project_id": record.project_id,
+        "tenant_id": record.project_id,
+        "provisioning_status": record.status,
+        "operating_status": "ONLINE" if record.status == "ACTIVE" else "OFFLINE",
+        "admin_state_up": True,
+        "provider": "amphora",
+        "flavor_id": record.size.get("flavor_id"),
+        "vip_address": _address(record.resource_id),
+        "vip_port_id": stable_id("port", record.resource_id),
+        "vip_subnet_id": stable_id("subnet", record.project_id),
+        "vip_network_id": stable_id("network", record.project_id),
+        "listeners": [],
+        "pools": [],
+        "availability_zone": None,
+        "tags": [],
+        "created_at": time_naive(record.created_at),
+        "updated_at": time_naive(record.updated_at),
+    }
+
+
+# --- version documents -------------------------------------------------------------------------
+
+
+def keystone_versions(root: str) -> dict[str, Any]:
+    return {"versions": {"values": [_keystone_version(root)]}}
+
+
+def keystone_version(root: str) -> dict[str, Any]:
+    return {"version": _keystone_version(root)}
+
+
+def _keystone_version(root: str) -> dict[str, Any]:
+    return {
+        "id": "v3.14",
+        "status": "stable",
+        "updated": "2020-04-07T00:00:00Z",
+        "links": [{"rel": "self", "href": f"{root}/v3/"}],
+        "media-types": [{"base": "application/json", "type": "application/vnd.openstack.identity-v3+json"}],
+    }
+
+
+def nova_version(root: str, max_version: tuple[int, int]) -> dict[str, Any]:
+    return {
+        "id": "v2.1",
+        "status": "CURRENT",
+        "version": format_microversion(max_version),
+        "min_version": "2.1",
+        "updated": "2013-07-23T11:33:21Z",
+        "links": [{"rel": "self", "href": f"{root}/v2.1/"}],
+    }
+
+
+def cinder_version(root: str, max_version: tuple[int, int]) -> dict[str, Any]:
+    return {
+        "id": "v3.0",
+        "status": "CURRENT",
+        "version": format_microversion(max_version),
+        "min_version": "3.0",
+        "updated": "2023-08-31T00:00:00Z",
+        "links": [{"rel": "self", "href": f"{root}/v3/"}],
+    }
+
+
+def plain_version(version_id: str, href: str, status: str = "CURRENT") -> dict[str, Any]:
+    """Glance, neutron and octavia: a version without microversions."""
+    return {"id": version_id, "status": status, "links": [{"rel": "self", "href": href}]}

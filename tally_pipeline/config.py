@@ -85,7 +85,10 @@ class OpenStackCloud(_Strict):
     retries: int = Field(default=2, ge=0, le=10, description="retries after a connection failure, timeout or HTTP 429/502/503/504")
     retry_delay: float | None = Field(default=None, ge=0, description="seconds between retries; default: exponential from 0.5 s")
     page_size: int = Field(default=1000, ge=1, le=1000)
-    deleted_margin: int = Field(default=600, ge=0, description="seconds subtracted from the last run when asking for deleted servers")
+    deleted_margin: int = Field(
+        default=0, ge=0,
+        description="extra seconds subtracted when asking for deleted servers (the sync already asks from its last run minus 10 minutes)",
+    )
     resource_types: list[str] | None = None
 
     @field_validator("resource_types")
@@ -111,6 +114,21 @@ class LedgerSettings(_Strict):
     window_days: int = Field(default=35, ge=1)
 
 
+class AlertSettings(_Strict):
+    events_silent_after: float = Field(default=3600.0, gt=0, description="seconds without collector events")
+    events_active_window: float = Field(default=86400.0, gt=0, description="seconds: only clouds active this recently")
+    sync_stale_after: float = Field(default=1800.0, gt=0, description="seconds since the last successful sync")
+    drift_high: float = Field(default=0.05, gt=0, description="share of live resources corrected by one sync")
+
+    def rules(self) -> Any:
+        from datetime import timedelta
+
+        from tally_pipeline.core.alerts import AlertSettings as Rules
+
+        return Rules(timedelta(seconds=self.events_silent_after), timedelta(seconds=self.events_active_window),
+                     timedelta(seconds=self.sync_stale_after), self.drift_high)
+
+
 class ApiSettings(_Strict):
     host: str = "127.0.0.1"
     port: int = Field(default=8080, ge=0, le=65535)
@@ -126,6 +144,7 @@ class TallyConfig(_Strict):
     reconciliation: ReconciliationSettings = Field(default_factory=ReconciliationSettings)
     ledger: LedgerSettings = Field(default_factory=LedgerSettings)
     api: ApiSettings = Field(default_factory=ApiSettings)
+    alerts: AlertSettings = Field(default_factory=AlertSettings)
 
     @field_validator("database")
     @classmethod

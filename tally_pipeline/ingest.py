@@ -72,16 +72,57 @@ def raw_json(item: Any) -> str:
     try:
         text = orjson.dumps(item).decode()
     except (TypeError, orjson.JSONEncodeError):
-        text = json.dumps(item, ensure_ascii=True, default=repr)
+        try:
+            text = json.dumps(item, ensure_ascii=True, default=repr)
+        except RecursionError:  # nested deeper than the recursive encoders go (JSON parsers allow ~1000)
+            text = _deep_json(item)
     return text.replace("\x00", "\\u0000")
 
 
+@dataclass(frozen=True, slots=True)
+class _Text:
+    text: str
+
+
+def _deep_json(value: Any) -> str:
+    """JSON text of a value of any nesting depth, with an explicit stack instead of recursion."""
+    out: list[str] = []
+    pending: list[Any] = [value]
+    while pending:
+        top = pending.pop()
+        if isinstance(top, _Text):
+            out.append(top.text)
+        elif isinstance(top, dict):
+            parts: list[Any] = [_Text("{")]
+            for i, (key, inner) in enumerate(top.items()):
+                parts += [_Text(("," if i else "") + json.dumps(str(key)) + ":"), inner]
+            pending.extend(reversed([*parts, _Text("}")]))
+        elif isinstance(top, list):
+            parts = [_Text("[")]
+            for i, inner in enumerate(top):
+                parts += [_Text(",")] if i else []
+                parts.append(inner)
+            pending.extend(reversed([*parts, _Text("]")]))
+        else:
+            out.append(json.dumps(top, ensure_ascii=True, default=repr))
+    return "".join(out)
+
+
 def _hint(item: Any, key: str) -> str | None:
-    """A field of a rejected item, kept beside it for filtering the dead letter (if it is a string)."""
+    """A field of a rejected item, kept beside it for filtering the dead letter (if it is a string).
+
+    A string with a lone surrogate (JSON allows ``"\\ud800"``) has no UTF-8 form: neither the
+    database nor the JSON answer could hold it, so it gives no hint (the raw item keeps it, escaped).
+    """
     if isinstance(item, dict):
         value = item.get(key)
         if isinstance(value, str):
-            return value[:255].replace("\x00", "")
+            value = value[:255].replace("\x00", "")
+            try:
+                value.encode("utf-8")
+            except UnicodeEncodeError:
+                return None
+            return value
     return None
 
 
@@ -174,6 +215,11 @@ class Ingestor:
                 if winners.get(r.event_id, r.content_hash) != r.content_hash
             ]
             uow.insert_rejections([*rejections, *conflicts], received_at)
+            activity: dict[tuple[str, str], int] = {}
+            for record in records:
+                if record.event_id in inserted:
+                    activity[(record.cloud, record.source)] = activity.get((record.cloud, record.source), 0) + 1
+            uow.note_activity(activity, received_at)
             return inserted, winners, conflicts
 
         inserted, winners, _conflicts = self.store.run(work)

@@ -17,6 +17,7 @@ from typing import Any
 import orjson
 from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
+from starlette.convertors import Convertor, register_url_convertor
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
@@ -185,6 +186,19 @@ def query_limit(request: Request, default: int = 100, maximum: int = 1000) -> in
     return int(text)
 
 
+def checked_text(value: str, name: str) -> str:
+    """A query or path parameter bound into SQL: PostgreSQL text cannot hold NUL, and nothing stored does."""
+    if "\x00" in value:
+        raise ApiError(error(400, "invalid_parameter", f"{name} must not contain the NUL character"))
+    return value
+
+
+def query_text(request: Request, name: str) -> str | None:
+    """A text filter; absent or empty means no filter."""
+    value = request.query_params.get(name)
+    return checked_text(value, name) if value else None
+
+
 def query_instant(request: Request, name: str) -> datetime | None:
     text = request.query_params.get(name)
     if text is None or text == "":
@@ -203,12 +217,12 @@ async def get_rejected(ctx: ApiContext, request: Request) -> Response:
     before = None
     if cursor:
         before = decode_cursor(cursor).get("before")
-        if not isinstance(before, int):
+        if not isinstance(before, int) or isinstance(before, bool):
             raise ApiError(error(400, "invalid_cursor", "cursor is not one this API issued"))
     entries = await run_in_threadpool(
         ctx.store.rejected,
-        cloud=request.query_params.get("cloud") or None,
-        reason=request.query_params.get("reason") or None,
+        cloud=query_text(request, "cloud"),
+        reason=query_text(request, "reason"),
         since=since,
         before_id=before,
         limit=limit + 1,
@@ -244,14 +258,30 @@ async def healthz(ctx: ApiContext, request: Request) -> Response:
 
 
 async def metrics(ctx: ApiContext, request: Request) -> Response:
-    text = await run_in_threadpool(ctx.metrics.render, ctx.store)
+    clouds = sorted(ctx.runtime.config.clouds) if ctx.runtime is not None else []
+    text = await run_in_threadpool(ctx.metrics.render, ctx.store, clouds)
     return Response(text, media_type="text/plain; version=0.0.4; charset=utf-8")
+
+
+class AnyPath(Convertor[str]):
+    """Like Starlette's ``path``, but matching every character: a resource id may hold a newline."""
+
+    regex = "(?s:.*)"
+
+    def convert(self, value: str) -> str:
+        return value
+
+    def to_string(self, value: str) -> str:
+        return value
+
+
+register_url_convertor("anypath", AnyPath())
 
 
 def create_app(ctx: ApiContext) -> Starlette:
     from tally_pipeline.api import resources
 
-    resource = "/v1/resources/{cloud}/{resource_type}/{resource_id:path}"
+    resource = "/v1/resources/{cloud}/{resource_type}/{resource_id:anypath}"
     routes = [
         Route("/v1/events", guarded(post_events, ctx), methods=["POST"]),
         Route("/v1/event", guarded(post_event, ctx), methods=["POST"]),

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass
 from typing import Any
 
@@ -41,20 +42,29 @@ def _reject_constant(name: str) -> Any:
     raise ValueError(f"{name} is not valid JSON")
 
 
+# orjson reads an integer beyond 64 bits as a float, silently dropping digits; any such literal has
+# at least 19 digits, so a body holding a run that long takes the exact (slower) parser instead.
+_LONG_DIGITS = re.compile(rb"[0-9]{19}")
+
+
 def parse_json(body: bytes) -> Any:
-    """Parse a JSON body. orjson first (fast); the standard library for what orjson refuses but JSON
-    allows (integers beyond 64 bits), so such values reach item validation and get an item-level reason."""
+    """Parse a JSON body. orjson first (fast); the standard library for what orjson refuses or would
+    round but JSON allows (integers beyond 64 bits, numbers beyond a double), so such values reach
+    item validation exactly as sent and get an item-level reason."""
+    fast_error: orjson.JSONDecodeError | None = None
+    if not _LONG_DIGITS.search(body):
+        try:
+            return orjson.loads(body)
+        except orjson.JSONDecodeError as exc:
+            fast_error = exc
     try:
-        return orjson.loads(body)
-    except orjson.JSONDecodeError as fast_error:
-        try:
-            text = body.decode("utf-8")
-        except UnicodeDecodeError as exc:
-            raise BadBody("invalid_json", f"body is not UTF-8: {exc.reason} at byte {exc.start}") from None
-        try:
-            return json.loads(text, parse_constant=_reject_constant)
-        except (ValueError, RecursionError):
-            raise BadBody("invalid_json", f"body is not valid JSON: {fast_error}") from None
+        text = body.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise BadBody("invalid_json", f"body is not UTF-8: {exc.reason} at byte {exc.start}") from None
+    try:
+        return json.loads(text, parse_constant=_reject_constant)
+    except (ValueError, RecursionError) as exc:
+        raise BadBody("invalid_json", f"body is not valid JSON: {fast_error or exc}") from None
 
 
 def events_of(body: Any) -> list[Any]:

@@ -38,7 +38,7 @@ class ApiMetrics:
         with self._lock:
             self.requests_rejected[reason] += 1
 
-    def render(self, store: Any) -> str:
+    def render(self, store: Any, clouds: list[str] | None = None) -> str:
         lines: list[str] = []
 
         def family(name: str, kind: str, help_text: str) -> None:
@@ -57,4 +57,52 @@ class ApiMetrics:
             lines.append(f"tally_requests_rejected_total{_labels(reason=reason)} {n}")
         family("tally_store_errors_total", "counter", "Requests answered 503 because the store was unavailable.")
         lines.append(f"tally_store_errors_total {store_errors}")
+        lines.extend(_store_gauges(store, clouds or []))
         return "\n".join(lines) + "\n"
+
+
+def _ts(value: Any) -> str:
+    return f"{value.timestamp():.3f}"
+
+
+def _store_gauges(store: Any, clouds: list[str]) -> list[str]:
+    """What every API process reports alike, read from the shared store: alerts work across replicas."""
+    from tally_pipeline.alerts import activity, last_runs, last_success
+
+    lines: list[str] = []
+
+    def family(name: str, kind: str, help_text: str) -> None:
+        lines.append(f"# HELP {name} {help_text}")
+        lines.append(f"# TYPE {name} {kind}")
+
+    family("tally_cloud_last_collector_event_timestamp_seconds", "gauge",
+           "When the last collector event for the cloud was stored (Unix time).")
+    for a in activity(store):
+        if a.last_collector_event is not None:
+            lines.append(f"tally_cloud_last_collector_event_timestamp_seconds{_labels(cloud=a.cloud)} {_ts(a.last_collector_event)}")
+    family("tally_cloud_events_stored_total", "counter", "Events stored for the cloud, by source (all API processes).")
+    for cloud, collector, reconciliation in store.query(
+        "SELECT cloud, collector_events, reconciliation_events FROM cloud_activity ORDER BY cloud"
+    ):
+        lines.append(f"tally_cloud_events_stored_total{_labels(cloud=cloud, source='collector')} {collector}")
+        lines.append(f"tally_cloud_events_stored_total{_labels(cloud=cloud, source='reconciliation')} {reconciliation}")
+    family("tally_sync_configured", "gauge", "1 for every cloud in the configuration (so a never-synced cloud is visible).")
+    for cloud in sorted(clouds):
+        lines.append(f"tally_sync_configured{_labels(cloud=cloud)} 1")
+    family("tally_sync_runs_total", "counter", "Reconciliation runs by cloud and status.")
+    for cloud, status, n in store.query("SELECT cloud, status, count(*) FROM sync_runs GROUP BY cloud, status ORDER BY 1, 2"):
+        lines.append(f"tally_sync_runs_total{_labels(cloud=cloud, status=status)} {n}")
+    family("tally_sync_last_success_timestamp_seconds", "gauge", "Poll time of the last succeeded or partial sync.")
+    for cloud, when in sorted(last_success(store).items()):
+        lines.append(f"tally_sync_last_success_timestamp_seconds{_labels(cloud=cloud)} {_ts(when)}")
+    runs = last_runs(store)
+    family("tally_sync_last_failed", "gauge", "1 when the cloud's latest sync failed or was partial, else 0.")
+    for run in runs:
+        lines.append(f"tally_sync_last_failed{_labels(cloud=run.cloud)} {int(run.status in ('failed', 'partial'))}")
+    family("tally_sync_last_drift_ratio", "gauge", "Corrections of the cloud's latest sync over its live resources.")
+    for run in runs:
+        lines.append(f"tally_sync_last_drift_ratio{_labels(cloud=run.cloud)} {run.drift or 0.0}")
+    family("tally_sync_last_guard_tripped", "gauge", "1 when the latest sync held deletes behind the mass-delete guard.")
+    for run in runs:
+        lines.append(f"tally_sync_last_guard_tripped{_labels(cloud=run.cloud)} {int(run.guard_tripped)}")
+    return lines

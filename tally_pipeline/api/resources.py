@@ -11,19 +11,22 @@ from tally_pipeline.api.app import (
     JSON,
     ApiContext,
     ApiError,
+    checked_text,
     decode_cursor,
     encode_cursor,
     error,
     principal_of,
     query_instant,
     query_limit,
+    query_text,
     require,
 )
 
 
 def _key(request: Request) -> tuple[str, str, str]:
     p = request.path_params
-    return p["cloud"], p["resource_type"], p["resource_id"]
+    return (checked_text(p["cloud"], "cloud"), checked_text(p["resource_type"], "resource_type"),
+            checked_text(p["resource_id"], "resource_id"))
 
 
 def _not_found(key: tuple[str, str, str]) -> ApiError:
@@ -57,18 +60,19 @@ async def get_inventory(ctx: ApiContext, request: Request) -> Response:
     params = request.query_params
     as_of = query_instant(request, "as_of")
     limit = query_limit(request)
+    filters = {name: query_text(request, name) for name in ("cloud", "resource_type", "project_id")}
     after = None
     if params.get("cursor"):
         value = decode_cursor(params["cursor"]).get("after")
-        if not (isinstance(value, list) and len(value) == 3 and all(isinstance(v, str) for v in value)):
+        if not (isinstance(value, list) and len(value) == 3 and all(isinstance(v, str) and "\x00" not in v for v in value)):
             raise ApiError(error(400, "invalid_cursor", "cursor is not one this API issued"))
         after = (value[0], value[1], value[2])
     page = await run_in_threadpool(
         lambda: queries.inventory(
             ctx.store,
-            cloud=params.get("cloud") or None,
-            resource_type=params.get("resource_type") or None,
-            project_id=params.get("project_id") or None,
+            cloud=filters["cloud"],
+            resource_type=filters["resource_type"],
+            project_id=filters["project_id"],
             as_of=as_of,
             after=after,
             limit=limit,

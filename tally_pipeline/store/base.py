@@ -80,6 +80,26 @@ class UnitOfWork(abc.ABC):
     def insert_rejections(self, rows: Sequence[RejectedRow], received_at: datetime) -> None:
         """Append rows to the dead letter."""
 
+    def note_activity(self, counts: dict[tuple[str, str], int], received_at: datetime) -> None:
+        """Add stored-event counts per (cloud, source) to ``cloud_activity``, in key order (no deadlocks)."""
+        for (cloud, source), n in sorted(counts.items()):
+            collector = source == "collector"
+            self.execute(
+                "INSERT INTO cloud_activity AS a (cloud, first_collector_event, last_collector_event, "
+                "collector_events, reconciliation_events) VALUES (%s, %s, %s, %s, %s) "
+                "ON CONFLICT (cloud) DO UPDATE SET "
+                "first_collector_event = coalesce(a.first_collector_event, excluded.first_collector_event), "
+                "last_collector_event = coalesce(excluded.last_collector_event, a.last_collector_event), "
+                "collector_events = a.collector_events + excluded.collector_events, "
+                "reconciliation_events = a.reconciliation_events + excluded.reconciliation_events",
+                (cloud, received_at if collector else None, received_at if collector else None,
+                 n if collector else 0, 0 if collector else n),
+            )
+
+    @abc.abstractmethod
+    def execute(self, sql: str, params: Sequence[Any] = ()) -> Any:
+        """Run one parameterised statement (``%s`` placeholders) in this transaction."""
+
 
 class Store(abc.ABC):
     """A database holding the tally tables."""

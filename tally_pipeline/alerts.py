@@ -1,0 +1,48 @@
+"""Reading what the alert conditions need from the store, and evaluating them (``core/alerts.py``)."""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+import orjson
+
+from tally_pipeline.core import alerts as rules
+from tally_pipeline.core.timeutil import to_utc
+from tally_pipeline.store.base import Store
+
+
+def activity(store: Store) -> list[rules.CloudActivity]:
+    rows = store.query("SELECT cloud, last_collector_event FROM cloud_activity ORDER BY cloud")
+    return [rules.CloudActivity(c, to_utc(t) if t else None) for c, t in rows]
+
+
+def last_runs(store: Store) -> list[rules.LastRun]:
+    """Each cloud's latest finished sync run."""
+    rows = store.query(
+        "SELECT r.cloud, r.status, r.poll_time, r.drift, r.error, r.per_type FROM sync_runs r "
+        "JOIN (SELECT cloud, max(started_at) AS started_at FROM sync_runs WHERE status <> 'running' GROUP BY cloud) l "
+        "ON r.cloud = l.cloud AND r.started_at = l.started_at ORDER BY r.cloud"
+    )
+    out = []
+    for cloud, status, poll, drift, error, per_type in rows:
+        types = orjson.loads(per_type) if isinstance(per_type, str) else (per_type or {})
+        tripped = any(t.get("guard_tripped") for t in types.values())
+        out.append(rules.LastRun(cloud, status, to_utc(poll), drift, error, tripped))
+    return out
+
+
+def last_success(store: Store) -> dict[str, datetime]:
+    rows = store.query(
+        "SELECT cloud, max(poll_time) FROM sync_runs WHERE status IN ('succeeded', 'partial') GROUP BY cloud"
+    )
+    return {c: to_utc(t) for c, t in rows}
+
+
+def evaluate(store: Store, clouds: list[str], now: datetime, settings: rules.AlertSettings) -> dict[str, rules.Condition]:
+    runs = last_runs(store)
+    return {
+        "events_silent": rules.events_silent(activity(store), now, settings),
+        "sync_stale": rules.sync_stale(clouds, last_success(store), now, settings),
+        "sync_errors": rules.sync_errors(runs),
+        "drift_high": rules.drift_high(runs, settings),
+    }

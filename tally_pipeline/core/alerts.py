@@ -1,0 +1,100 @@
+"""The four alert conditions (DESIGN.md §4.8), as pure functions of what the store says.
+
+The Dagster sensors and asset checks evaluate these; the Prometheus rules in
+``docs/alerts/prometheus-rules.yaml`` express the same conditions over ``/metrics``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Any
+
+
+@dataclass(frozen=True)
+class AlertSettings:
+    events_silent_after: timedelta = timedelta(hours=1)
+    events_active_window: timedelta = timedelta(hours=24)
+    sync_stale_after: timedelta = timedelta(minutes=30)
+    drift_high: float = 0.05
+
+
+@dataclass(frozen=True)
+class CloudActivity:
+    cloud: str
+    last_collector_event: datetime | None
+
+
+@dataclass(frozen=True)
+class LastRun:
+    cloud: str
+    status: str
+    poll_time: datetime
+    drift: float | None
+    error: str | None
+    guard_tripped: bool = False
+
+
+@dataclass(frozen=True)
+class Condition:
+    """One alert's state: firing or not, with one line per affected cloud."""
+
+    alert: str
+    firing: bool
+    clouds: tuple[str, ...]
+    message: str
+    details: Mapping[str, Any] = field(default_factory=dict)
+
+
+def events_silent(activity: Iterable[CloudActivity], now: datetime, s: AlertSettings) -> Condition:
+    """TallyCloudEventsSilent: a cloud with collector events in the last 24 h has had none for 1 h."""
+    silent = {}
+    for a in activity:
+        last = a.last_collector_event
+        if last is not None and now - s.events_active_window < last <= now - s.events_silent_after:
+            silent[a.cloud] = last.isoformat()
+    message = (
+        "collector events stopped: " + ", ".join(f"{c} (last {t})" for c, t in sorted(silent.items()))
+        if silent else "every cloud with recent collector events is still receiving them"
+    )
+    return Condition("TallyCloudEventsSilent", bool(silent), tuple(sorted(silent)), message, silent)
+
+
+def sync_stale(clouds: Iterable[str], last_success: Mapping[str, datetime], now: datetime, s: AlertSettings) -> Condition:
+    """TallySyncStale: a configured cloud without a successful (or partial) sync for too long."""
+    stale = {}
+    for cloud in clouds:
+        last = last_success.get(cloud)
+        if last is None or last < now - s.sync_stale_after:
+            stale[cloud] = last.isoformat() if last else None
+    message = (
+        "no recent successful sync: " + ", ".join(f"{c} (last {t or 'never'})" for c, t in sorted(stale.items()))
+        if stale else "every configured cloud synced recently"
+    )
+    return Condition("TallySyncStale", bool(stale), tuple(sorted(stale)), message, stale)
+
+
+def sync_errors(last_runs: Iterable[LastRun]) -> Condition:
+    """TallySyncErrors: a cloud's latest sync failed, or listed some types only (partial)."""
+    broken = {r.cloud: f"{r.status}: {r.error or 'no detail'}" for r in last_runs if r.status in ("failed", "partial")}
+    message = ("latest sync not clean: " + "; ".join(f"{c} {m}" for c, m in sorted(broken.items()))
+               if broken else "every cloud's latest sync succeeded")
+    return Condition("TallySyncErrors", bool(broken), tuple(sorted(broken)), message, broken)
+
+
+def drift_high(last_runs: Iterable[LastRun], s: AlertSettings) -> Condition:
+    """TallyReconciliationDriftHigh: the latest sync corrected more than a share of live resources,
+    or held deletes behind the mass-delete guard."""
+    high = {
+        r.cloud: {"drift": r.drift, "guard_tripped": r.guard_tripped}
+        for r in last_runs
+        if r.guard_tripped or (r.drift is not None and r.drift > s.drift_high)
+    }
+    message = (
+        "reconciliation drift high: " + ", ".join(
+            f"{c} {v['drift']:.1%}" + (" (mass-delete guard held deletes)" if v["guard_tripped"] else "")
+            for c, v in sorted(high.items()))
+        if high else f"drift within {s.drift_high:.0%} everywhere"
+    )
+    return Condition("TallyReconciliationDriftHigh", bool(high), tuple(sorted(high)), message, high)

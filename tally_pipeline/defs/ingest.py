@@ -1,0 +1,178 @@
+"""Ingest as the UI sees it: landing-file batches (daily partitions), the event log, the dead letter."""
+
+
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import dagster as dg
+
+from tally_pipeline.defs.partitions import DAILY
+from tally_pipeline.defs.resources import TallyStore
+from tally_pipeline.defs.tags import POOL
+from tally_pipeline.landing import ingest_file
+
+LANDING_SUFFIXES = (".jsonl", ".json", ".ndjson", ".jsonl.gz", ".json.gz", ".ndjson.gz")
+
+
+def landing_files(landing_dir: Path, day: str) -> list[Path]:
+    """The files of one day's folder ``landing_dir/YYYY-MM-DD/``, never anything outside ``landing_dir``."""
+    root = landing_dir.resolve()
+    folder = (root / day).resolve()
+    if not folder.is_relative_to(root) or not folder.is_dir():
+        return []
+    files = []
+    for path in sorted(folder.iterdir()):
+        real = path.resolve()
+        if real.is_file() and real.is_relative_to(root) and path.name.endswith(LANDING_SUFFIXES):
+            files.append(path)
+    return files
+
+
+def _md_table(header: list[str], rows: list[list[Any]]) -> dg.MetadataValue:
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    lines += ["| " + " | ".join(str(v) for v in row) + " |" for row in rows]
+    return dg.MetadataValue.md("\n".join(lines))
+
+
+@dg.asset(
+    group_name="ingest",
+    kinds={"json"},
+    partitions_def=DAILY,
+    backfill_policy=dg.BackfillPolicy.single_run(),
+    pool=POOL,
+    description=(
+        "Landing files of one UTC day (landing_dir/YYYY-MM-DD/*.jsonl[.gz] or {\"events\": [...]}) streamed "
+        "through the ingest core. Re-materializing a day is safe: already stored events are duplicates."
+    ),
+)
+def raw_event_batches(context: dg.AssetExecutionContext, store: TallyStore) -> dg.MaterializeResult:
+    rt = store.runtime
+    if rt.config.landing_dir is None:
+        raise dg.Failure("landing_dir is not set in the tally config: there are no landing files to ingest")
+    totals = {"files": 0, "items": 0, "stored": 0, "duplicates": 0, "rejected": 0}
+    reasons: dict[str, int] = {}
+    rows = []
+    with rt.store.session():
+        for day in context.partition_keys:
+            for path in landing_files(rt.config.landing_dir, day):
+                summary = ingest_file(rt.ingestor, path)
+                context.log.info(
+                    f"{path.name}: {summary.items} items, {summary.stored} stored, {summary.duplicates} duplicates, "
+                    f"{summary.rejected} rejected" + (f"; stopped: {summary.error}" if summary.error else "")
+                )
+                totals["files"] += 1
+                for key in ("items", "stored", "duplicates", "rejected"):
+                    totals[key] += getattr(summary, key)
+                for reason, n in (summary.reasons or {}).items():
+                    reasons[reason] = reasons.get(reason, 0) + n
+                rows.append([day, path.name, summary.items, summary.stored, summary.duplicates, summary.rejected,
+                             summary.error or ""])
+    return dg.MaterializeResult(
+        metadata={
+            **totals,
+            "dagster/row_count": totals["stored"],
+            "rejected_by_reason": dg.MetadataValue.json(reasons),
+            "files_preview": _md_table(["day", "file", "items", "stored", "duplicates", "rejected", "error"], rows[:50]),
+        }
+    )
+
+
+def event_log_metadata(rt: Any) -> dict[str, Any]:
+    rows = rt.store.query(
+        "SELECT cloud, collector_events, reconciliation_events, last_collector_event FROM cloud_activity ORDER BY cloud"
+    )
+    total = rt.store.event_count()
+    return {
+        "dagster/row_count": total,
+        "by_cloud": _md_table(
+            ["cloud", "collector events", "reconciliation events", "last collector event"],
+            [[c, n, m, t.isoformat() if t else "never"] for c, n, m, t in rows],
+        ),
+        "reconciliation_events": sum(r[2] for r in rows),
+    }
+
+
+def dead_letter_metadata(rt: Any) -> dict[str, Any]:
+    by_reason = rt.store.query("SELECT reason, count(*) FROM rejected_events GROUP BY reason ORDER BY 2 DESC")
+    newest = rt.store.rejected(limit=10)
+    return {
+        "dagster/row_count": sum(n for _, n in by_reason),
+        "by_reason": _md_table(["reason", "rows"], [[r, n] for r, n in by_reason]),
+        "newest": _md_table(["received_at", "reason", "cloud", "message"],
+                            [[e.received_at.isoformat(), e.reason, e.cloud or "", e.message[:120]] for e in newest]),
+    }
+
+
+@dg.asset(
+    group_name="ingest",
+    kinds={"duckdb", "postgres"},
+    deps=[raw_event_batches, dg.AssetKey("sync_runs")],
+    automation_condition=dg.AutomationCondition.eager(),
+    description=(
+        "The event log (table events): one row per distinct event_id, written only by the ingest core — by the "
+        "API, landing files and reconciliation. Materializing it records its counts; the api_writes sensor "
+        "reports what the API writes as observations."
+    ),
+)
+def event_log(store: TallyStore) -> dg.MaterializeResult:
+    return dg.MaterializeResult(metadata=event_log_metadata(store.runtime))
+
+
+@dg.asset(
+    group_name="ingest",
+    kinds={"duckdb", "postgres"},
+    deps=[raw_event_batches],
+    automation_condition=dg.AutomationCondition.eager(),
+    description="The dead letter (table rejected_events): every refused item or body, with its reason and raw form.",
+)
+def dead_letter(store: TallyStore) -> dg.MaterializeResult:
+    return dg.MaterializeResult(metadata=dead_letter_metadata(store.runtime))
+
+
+@dg.sensor(minimum_interval_seconds=60, default_status=dg.DefaultSensorStatus.RUNNING,
+           description="Reports what the API wrote since the last look as observations of event_log and dead_letter.")
+def api_writes(context: dg.SensorEvaluationContext, store: TallyStore) -> dg.SensorResult | dg.SkipReason:
+    rt = store.runtime
+    events = rt.store.event_count()
+    rejected = rt.store.query("SELECT count(*) FROM rejected_events")[0][0]
+    cursor = f"{events}:{rejected}"
+    if cursor == context.cursor:
+        return dg.SkipReason(f"nothing new: {events} events, {rejected} rejected")
+    context.update_cursor(cursor)
+    return dg.SensorResult(asset_events=[
+        dg.AssetObservation(dg.AssetKey("event_log"), metadata=event_log_metadata(rt)),
+        dg.AssetObservation(dg.AssetKey("dead_letter"), metadata=dead_letter_metadata(rt)),
+    ])
+
+
+landing_job = dg.define_asset_job("landing_files", selection=[raw_event_batches])
+
+
+@dg.sensor(job=landing_job, minimum_interval_seconds=30, default_status=dg.DefaultSensorStatus.RUNNING,
+           description="Starts a landing_files run for each day folder with new or changed files.")
+def landing_files_sensor(context: dg.SensorEvaluationContext, store: TallyStore) -> dg.SensorResult | dg.SkipReason:
+    landing_dir = store.runtime.config.landing_dir
+    if landing_dir is None or not landing_dir.is_dir():
+        return dg.SkipReason("no landing_dir configured (or it does not exist)")
+    since = float(context.cursor or 0)
+    newest = since
+    requests = []
+    today = datetime.now(UTC).date()
+    for folder in sorted(p for p in landing_dir.iterdir() if p.is_dir()):
+        try:
+            day = datetime.strptime(folder.name, "%Y-%m-%d").date()
+        except ValueError:
+            context.log.warning(f"ignoring {folder}: landing folders are named YYYY-MM-DD")
+            continue
+        if day > today + timedelta(days=1):
+            continue
+        changed = [f for f in landing_files(landing_dir, folder.name) if f.stat().st_mtime > since]
+        if changed:
+            stamp = max(f.stat().st_mtime for f in changed)
+            newest = max(newest, stamp)
+            requests.append(dg.RunRequest(run_key=f"{folder.name}@{stamp}", partition_key=folder.name))
+    if not requests:
+        return dg.SkipReason("no new landing files")
+    context.update_cursor(str(newest))
+    return dg.SensorResult(run_requests=requests)

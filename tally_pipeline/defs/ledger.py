@@ -1,0 +1,94 @@
+"""The delta poster as assets: audit the ledger (a blocking check gates posting), then post a cycle."""
+
+
+import dagster as dg
+
+from tally_pipeline.core.timeutil import format_rfc3339, parse_rfc3339, to_utc
+from tally_pipeline.defs.ingest import _md_table
+from tally_pipeline.defs.resources import Clock, Ledger
+from tally_pipeline.defs.tags import NOW, POOL
+
+
+@dg.asset(
+    group_name="ledger",
+    kinds={"postgres", "duckdb"},
+    deps=["resource_intervals"],
+    check_specs=[dg.AssetCheckSpec("ledger_balanced", asset="ledger_audit", blocking=True,
+                                   description="`tally ledger verify` holds: every entity's postings sum to its checkpoint.")],
+    description="Verifies the ledger before a posting cycle; its blocking check stops the cycle if postings do not add up.",
+)
+def ledger_audit(context: dg.AssetExecutionContext, ledger: Ledger):
+    result = ledger.verify()
+    broken = [d for d in result.discrepancies if d.kind in ("orphan_postings", "ledger_mismatch")]
+    pending = [d for d in result.discrepancies if d.kind == "history_changed"]
+    for d in broken[:20]:
+        context.log.error(f"ledger discrepancy {d.kind}: {d.cloud}/{d.project_id}/{d.meter}: {d.detail}")
+    yield dg.MaterializeResult(metadata={
+        "entities": result.entities,
+        "discrepancies": len(broken),
+        "history_changed_since_last_cycle": len(pending),
+    })
+    yield dg.AssetCheckResult(
+        check_name="ledger_balanced",
+        passed=not broken,
+        severity=dg.AssetCheckSeverity.ERROR,
+        metadata={
+            "entities": result.entities,
+            "discrepancies": len(broken),
+            "examples": _md_table(["kind", "cloud", "project", "meter", "detail"],
+                                  [[d.kind, d.cloud, d.project_id, d.meter, d.detail[:80]] for d in broken[:10]]),
+        },
+    )
+
+
+@dg.multi_asset(
+    specs=[
+        dg.AssetSpec("ledger_postings", group_name="ledger", kinds={"postgres", "duckdb"},
+                     deps=["ledger_audit", "resource_intervals"],
+                     description="Signed postings per (cloud, project, meter) and clamp, in accounts usage and aged_out."),
+        dg.AssetSpec("usage_checkpoints", group_name="ledger", kinds={"postgres", "duckdb"},
+                     deps=["ledger_audit", "resource_intervals"],
+                     description="Per entity: cumulative usage posted through its clamp."),
+    ],
+    check_specs=[dg.AssetCheckSpec("postings_match_usage", asset="ledger_postings",
+                                   description="After the cycle, postings equal usage through every checkpoint.")],
+    pool=POOL,
+)
+def delta_posting_cycle(context: dg.AssetExecutionContext, ledger: Ledger, clock: dg.ResourceParam[Clock]):
+    """One checkpoint-delta cycle at now: post usage through now − ingest_lag minus each checkpoint."""
+    from tally_pipeline import projection
+
+    tags = context.run.tags
+    now = parse_rfc3339(tags[NOW]) if NOW in tags else to_utc(clock.now())
+    projection.refresh(ledger.runtime.store)
+    result = ledger.post(now)
+    summary = result.to_dict()
+    for skipped in result.skipped[:20]:
+        context.log.warning(f"skipped {skipped.cloud}/{skipped.project_id}/{skipped.meter}: {skipped.reason}")
+    rows = [[account, meter, amount] for account, by_meter in summary["totals"].items() for meter, amount in by_meter.items()]
+    yield dg.MaterializeResult(asset_key="ledger_postings", metadata={
+        "cycle_id": result.cycle_id,
+        "now": format_rfc3339(result.now),
+        "clamp": format_rfc3339(result.clamp),
+        "postings": result.postings,
+        "entities_posted": len(result.posted),
+        "entities_skipped": len(result.skipped),
+        "totals_by_account": _md_table(["account", "meter", "amount"], rows),
+    })
+    yield dg.MaterializeResult(asset_key="usage_checkpoints", metadata={
+        "entities": result.entities, "unchanged": result.unchanged, "already_posted": result.already_posted,
+    })
+    check = ledger.verify()
+    broken = [d for d in check.discrepancies if d.kind in ("orphan_postings", "ledger_mismatch")]
+    yield dg.AssetCheckResult(asset_key="ledger_postings", check_name="postings_match_usage", passed=not broken,
+                              metadata={"entities": check.entities, "discrepancies": len(broken)})
+
+
+posting_job = dg.define_asset_job(
+    "delta_posting",
+    selection=dg.AssetSelection.assets("ledger_audit", "ledger_postings", "usage_checkpoints"),
+    description="Audit the ledger, then post one checkpoint-delta cycle (skipped when the audit's blocking check fails).",
+)
+posting_schedule = dg.ScheduleDefinition(job=posting_job, cron_schedule="15 * * * *", execution_timezone="UTC",
+                                         default_status=dg.DefaultScheduleStatus.RUNNING,
+                                         description="Every hour at :15, one posting cycle.")

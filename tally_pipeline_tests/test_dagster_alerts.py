@@ -1,0 +1,113 @@
+"""The four alert sensors and checks, each with its condition true and false, over a prepared store."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+import dagster as dg
+import pytest
+
+from tally_pipeline.core import alerts as rules
+from tally_pipeline.definitions import build_definitions
+from tally_pipeline.defs.resources import Ledger, TallyStore
+from tally_pipeline.runtime import Runtime
+
+NOW = datetime.now(UTC)
+
+
+def run_row(store, cloud: str, status: str, poll: datetime, drift: float = 0.0, guard: bool = False, error=None):
+    per_type = '{"volume": {"status": "enumerated", "guard_tripped": %s}}' % ("true" if guard else "false")
+    store.run(lambda uow: uow.execute(
+        "INSERT INTO sync_runs (run_id, cloud, run_key, poll_time, started_at, finished_at, status, per_type, error, drift) "
+        "VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s)",
+        (f"{cloud}-{poll.isoformat()}", cloud, "k", poll, poll, poll, status, per_type, error, drift)))
+
+
+def activity_row(store, cloud: str, last: datetime):
+    store.run(lambda uow: uow.execute(
+        "INSERT INTO cloud_activity (cloud, first_collector_event, last_collector_event, collector_events) "
+        "VALUES (%s, %s, %s, 1)", (cloud, last, last)))
+
+
+@pytest.fixture
+def env(store_url, tmp_path):
+    config = tmp_path / "tally.yaml"
+    config.write_text(f"database: {store_url}\nclouds:\n  c1: {{provider: simulated}}\n  c2: {{provider: simulated}}\n")
+    rt = Runtime.load(str(config))
+    rt.store.migrate()
+    store = TallyStore(config_path=str(config))
+    defs = build_definitions(["c1", "c2"], {"store": store, "ledger": Ledger(store=store), "adapters": object(),
+                                            "clock": object()})
+    yield rt, defs
+    rt.close()
+
+
+def sensor_result(defs, name: str, cursor: str | None = None):
+    sensor = defs.resolve_sensor_def(name)
+    with dg.build_sensor_context(instance=dg.DagsterInstance.ephemeral(), cursor=cursor,
+                                 repository_def=defs.get_repository_def(),
+                                 resources={"store": defs.resources["store"]}) as context:
+        result = sensor.evaluate_tick(context)
+        return result, context.cursor
+
+
+def check_outcome(defs, name: str) -> bool:
+    checks = [c for c in defs.asset_checks if name in {k.name for k in c.check_keys}]
+    job = dg.define_asset_job("only_check", selection=dg.AssetSelection.checks(*checks))
+    scoped = dg.Definitions(assets=[dg.AssetSpec(k.asset_key) for c in checks for k in c.check_keys],
+                            asset_checks=checks, jobs=[job], resources={"store": defs.resources["store"]})
+    result = scoped.resolve_job_def("only_check").execute_in_process()
+    [evaluation] = [e.event_specific_data for e in result.all_events if e.event_type_value == "ASSET_CHECK_EVALUATION"]
+    return evaluation.passed
+
+
+def reported(result) -> tuple[str, bool] | None:
+    events = [e for e in (result.asset_events or []) if isinstance(e, dg.AssetCheckEvaluation)]
+    return (events[0].check_name, events[0].passed) if events else None
+
+
+CASES = {
+    "events_silent": (
+        lambda s: activity_row(s, "c1", NOW - timedelta(minutes=5)),
+        lambda s: activity_row(s, "c1", NOW - timedelta(hours=3)),
+    ),
+    "sync_stale": (
+        lambda s: (run_row(s, "c1", "succeeded", NOW - timedelta(minutes=5)), run_row(s, "c2", "partial", NOW - timedelta(minutes=9))),
+        lambda s: (run_row(s, "c1", "succeeded", NOW - timedelta(minutes=5)), run_row(s, "c2", "succeeded", NOW - timedelta(hours=2))),
+    ),
+    "sync_errors": (
+        lambda s: run_row(s, "c1", "succeeded", NOW - timedelta(minutes=5)),
+        lambda s: run_row(s, "c1", "failed", NOW - timedelta(minutes=5), error="volume: HTTP 500"),
+    ),
+    "drift_high": (
+        lambda s: run_row(s, "c1", "succeeded", NOW - timedelta(minutes=5), drift=0.01),
+        lambda s: run_row(s, "c1", "succeeded", NOW - timedelta(minutes=5), drift=0.3),
+    ),
+}
+
+
+@pytest.mark.parametrize("alert", sorted(CASES))
+@pytest.mark.parametrize("firing", [False, True])
+def test_sensor_and_check(env, alert, firing) -> None:
+    rt, defs = env
+    CASES[alert][int(firing)](rt.store)
+    result, cursor = sensor_result(defs, f"{alert}_sensor")
+    assert reported(result) == (alert, not firing)
+    # the same state again is not reported twice
+    again, _ = sensor_result(defs, f"{alert}_sensor", cursor=cursor)
+    assert reported(again) is None and again.skip_message.startswith("unchanged")
+    assert check_outcome(defs, alert) is (not firing)
+
+
+def test_events_silent_ignores_clouds_quiet_for_over_a_day() -> None:
+    s = rules.AlertSettings()
+    dormant = rules.events_silent([rules.CloudActivity("c1", NOW - timedelta(days=3))], NOW, s)
+    assert not dormant.firing
+    fired = rules.events_silent([rules.CloudActivity("c1", NOW - timedelta(hours=2)), rules.CloudActivity("c2", NOW)], NOW, s)
+    assert fired.firing and fired.clouds == ("c1",) and "c1" in fired.message
+
+
+def test_drift_high_fires_on_a_tripped_guard_even_with_low_drift() -> None:
+    run = rules.LastRun("c1", "succeeded", NOW, 0.0, None, guard_tripped=True)
+    condition = rules.drift_high([run], rules.AlertSettings())
+    assert condition.firing and "mass-delete guard" in condition.message

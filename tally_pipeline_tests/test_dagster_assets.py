@@ -1,0 +1,202 @@
+"""The Dagster code location: assets materialized in-process on both stores, schedules, sensors, checks, backfills."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import dagster as dg
+import pytest
+
+from tally_pipeline.adapters.simulated import SimulatedAdapter
+from tally_pipeline.definitions import build_definitions
+from tally_pipeline.defs.reconciliation import follow_up_requests, reconciliation_requests
+from tally_pipeline.defs.resources import Ledger, TallyStore
+from tally_pipeline.fakes.static_view import StaticView
+from tally_pipeline.ingest import Ingestor
+from tally_pipeline.runtime import Runtime
+from tally_pipeline.sim.platform import PlatformRecord
+
+T0 = datetime(2026, 3, 1, tzinfo=UTC)
+
+
+class FixedClock:
+    def __init__(self, now: datetime):
+        self.value = now
+
+    def now(self) -> datetime:
+        return self.value
+
+
+class Platforms:
+    def __init__(self, view):
+        self.view = view
+
+    def adapter(self, cloud: str):
+        return SimulatedAdapter(self.view, cloud, resource_types=("volume",))
+
+
+def volume(rid: str, gb: int = 10, created: datetime = T0) -> PlatformRecord:
+    return PlatformRecord("volume", rid, "p1", {"gb": gb, "volume_type": None}, "available", None, created, created, None, rid)
+
+
+def vol_event(eid: str, rid: str, verb: str, when: datetime, cloud: str = "c1", gb: int = 10) -> dict:
+    item = {"event_id": eid, "event_type": f"volume.{verb}.end", "cloud": cloud, "resource_type": "volume",
+            "resource_id": rid, "occurred_at": when.isoformat(),
+            "payload": {"size": {"gb": gb, "volume_type": None}} if verb != "delete" else {}}
+    if verb == "create":
+        item["project_id"] = "p1"
+    return item
+
+
+@pytest.fixture
+def setup(store_url, tmp_path):
+    config = tmp_path / "tally.yaml"
+    landing = tmp_path / "landing"
+    landing.mkdir()
+    config.write_text(
+        f"database: {store_url}\nlanding_dir: {landing}\n"
+        "clouds:\n  c1: {provider: simulated, seed: 1}\n  c2: {provider: simulated, seed: 2}\n"
+        "ledger: {ingest_lag: 60, window_days: 35}\n"
+    )
+    rt = Runtime.load(str(config))
+    rt.store.migrate()
+    view = StaticView.of([])
+    clock = FixedClock(T0 + timedelta(days=1))
+    store = TallyStore(config_path=str(config))
+    resources = {"store": store, "ledger": Ledger(store=store), "adapters": Platforms(view), "clock": clock}
+    defs = build_definitions(["c1", "c2"], resources)
+    yield {"defs": defs, "rt": rt, "view": view, "clock": clock, "landing": landing, "config": config,
+           "instance": dg.DagsterInstance.ephemeral()}
+    rt.close()
+
+
+def materializations(result, key: str) -> list[dict]:
+    return [{k: v.value for k, v in e.step_materialization_data.materialization.metadata.items()}
+            for e in result.get_asset_materialization_events() if e.asset_key == dg.AssetKey(key)]
+
+
+def check_results(result) -> dict[str, bool]:
+    return {e.event_specific_data.check_name: e.event_specific_data.passed
+            for e in result.all_events if e.event_type_value == "ASSET_CHECK_EVALUATION"}
+
+
+def test_landing_files_to_projection_to_ledger(setup) -> None:
+    defs, rt, landing = setup["defs"], setup["rt"], setup["landing"]
+    day = landing / "2026-03-01"
+    day.mkdir()
+    (day / "batch-1.jsonl").write_text("\n".join(__import__("json").dumps(e) for e in [
+        vol_event("l1", "v1", "create", T0), vol_event("l2", "v2", "create", T0 + timedelta(hours=1), gb=20)]) + "\nnot json\n")
+    result = defs.resolve_job_def("landing_files").execute_in_process(partition_key="2026-03-01", instance=setup["instance"])
+    assert result.success
+    [meta] = materializations(result, "raw_event_batches")
+    assert (meta["files"], meta["stored"], meta["rejected"]) == (1, 2, 1)
+    assets = [a for a in defs.assets if isinstance(a, dg.AssetsDefinition)]
+    materialized = dg.materialize(
+        [a for a in assets if {k.to_user_string() for k in a.keys} & {"event_log", "dead_letter", "current_resources"}],
+        resources=defs.resources, instance=setup["instance"])
+    assert materialized.success
+    assert materializations(materialized, "event_log")[0]["dagster/row_count"] == 2
+    assert materializations(materialized, "dead_letter")[0]["dagster/row_count"] == 1
+    assert materializations(materialized, "current_resources")[0]["live"] == 2
+    posted = defs.resolve_job_def("delta_posting").execute_in_process(
+        instance=setup["instance"], tags={"tally/now": (T0 + timedelta(days=1)).isoformat()})
+    assert posted.success
+    assert check_results(posted) == {"ledger_balanced": True, "postings_match_usage": True}
+    assert materializations(posted, "ledger_postings")[0]["postings"] == 1  # one entity: c1/p1/volume_gb_hours
+    amount = rt.store.query("SELECT sum(amount) FROM ledger_postings")[0][0]
+    lag = 1 / 60  # ingest_lag 60 s: the clamp is a minute before now
+    assert float(amount) == pytest.approx(10 * (24 - lag) + 20 * (23 - lag), abs=1e-5)
+
+
+def test_reconciliation_job_uses_the_tick_as_poll_time_and_run_key(setup) -> None:
+    defs, rt, view = setup["defs"], setup["rt"], setup["view"]
+    view.records_by_type["volume"] = [volume("v9", created=T0)]
+    tick = T0 + timedelta(hours=6)
+    [request] = [r for r in reconciliation_requests(["c1"], tick)]
+    result = defs.resolve_job_def("reconciliation").execute_in_process(
+        partition_key=request.partition_key, instance=setup["instance"], tags=request.tags)
+    assert result.success
+    [meta] = materializations(result, "sync_runs")
+    assert meta["created"] == 1 and meta["run_key"] == "tick:2026-03-01T06:00:00Z"
+    row = rt.store.query("SELECT run_key, poll_time, status FROM sync_runs")
+    assert row[0][0] == "tick:2026-03-01T06:00:00Z" and row[0][1] == tick and row[0][2] == "succeeded"
+    # A retried tick writes the same synthetic ids: nothing new.
+    events = rt.store.event_count()
+    again = defs.resolve_job_def("reconciliation").execute_in_process(
+        partition_key="c1", instance=setup["instance"], tags=request.tags)
+    assert again.success and rt.store.event_count() == events
+
+
+def test_schedule_requests_one_run_per_cloud_at_a_tick(setup) -> None:
+    schedule = setup["defs"].resolve_schedule_def("reconciliation_schedule")
+    tick = datetime(2026, 3, 1, 12, 10, tzinfo=UTC)
+    context = dg.build_schedule_context(scheduled_execution_time=tick, instance=setup["instance"],
+                                        repository_def=setup["defs"].get_repository_def())
+    requests = list(schedule.evaluate_tick(context).run_requests)
+    assert [(r.partition_key, r.run_key, r.tags["tally/poll_time"], r.tags["tally/run_key"], r.tags["tally/cloud"])
+            for r in requests] == [
+        ("c1", "c1@2026-03-01T12:10:00Z", "2026-03-01T12:10:00Z", "tick:2026-03-01T12:10:00Z", "c1"),
+        ("c2", "c2@2026-03-01T12:10:00Z", "2026-03-01T12:10:00Z", "tick:2026-03-01T12:10:00Z", "c2"),
+    ]
+    assert schedule.cron_schedule == "*/10 * * * *"
+
+
+def test_settle_window_sensor_requests_a_follow_up_only_when_due(setup) -> None:
+    defs, rt, view = setup["defs"], setup["rt"], setup["view"]
+    fresh = T0 + timedelta(hours=5, minutes=58)
+    view.records_by_type["volume"] = [volume("v-new", created=fresh)]
+    tick = T0 + timedelta(hours=6)
+    [request] = reconciliation_requests(["c1"], tick)
+    defs.resolve_job_def("reconciliation").execute_in_process(partition_key="c1", instance=setup["instance"], tags=request.tags)
+    assert follow_up_requests(rt.store, ["c1", "c2"], tick + timedelta(seconds=60)) == []  # not yet due
+    due = follow_up_requests(rt.store, ["c1", "c2"], fresh + timedelta(seconds=301))
+    assert [(r.partition_key, r.run_key) for r in due] == [("c1", "c1@follow-up:2026-03-01T06:03:00Z")]
+    sensor = defs.resolve_sensor_def("settle_window_sensor")
+    with dg.build_sensor_context(instance=setup["instance"], repository_def=defs.get_repository_def(),
+                                 resources={"store": defs.resources["store"]}) as context:
+        result = sensor.evaluate_tick(context)  # wall clock: long past the settle window
+    assert [r.partition_key for r in result.run_requests] == ["c1"]
+
+
+def test_single_run_backfill_over_a_range_of_days(setup) -> None:
+    defs, rt = setup["defs"], setup["rt"]
+    setup["clock"].value = T0 + timedelta(days=5)
+    Ingestor(rt.store, rt.registry).ingest([vol_event("b1", "vb", "create", T0), vol_event("b2", "vb", "delete", T0 + timedelta(days=2, hours=12))], origin="t")
+    job = defs.resolve_job_def("usage_daily_job")
+    result = job.execute_in_process(instance=setup["instance"], tags={
+        "dagster/asset_partition_range_start": "2026-03-01", "dagster/asset_partition_range_end": "2026-03-03"})
+    assert result.success
+    runs = setup["instance"].get_runs()
+    assert len(runs) == 1  # one run for three days
+    rows = rt.store.query("SELECT day, quantity FROM usage_daily WHERE meter = 'volume_gb_hours' ORDER BY day")
+    assert [(str(d), float(q)) for d, q in rows] == [("2026-03-01", 240.0), ("2026-03-02", 240.0), ("2026-03-03", 120.0)]
+    assert materializations(result, "usage_daily")[0]["days"] == "2026-03-01..2026-03-03"
+
+
+def test_blocking_audit_check_stops_posting_when_the_ledger_does_not_add_up(setup) -> None:
+    defs, rt = setup["defs"], setup["rt"]
+    Ingestor(rt.store, rt.registry).ingest([vol_event("a1", "va", "create", T0)], origin="t")
+    ok = defs.resolve_job_def("delta_posting").execute_in_process(instance=setup["instance"],
+                                                                 tags={"tally/now": (T0 + timedelta(hours=5)).isoformat()})
+    assert ok.success and check_results(ok)["ledger_balanced"]
+    rt.store.run(lambda uow: uow.execute("UPDATE ledger_postings SET amount = amount + 1"))  # corrupt the ledger
+    before = rt.store.query("SELECT count(*) FROM ledger_postings")[0][0]
+    blocked = defs.resolve_job_def("delta_posting").execute_in_process(
+        instance=setup["instance"], raise_on_error=False, tags={"tally/now": (T0 + timedelta(hours=9)).isoformat()})
+    assert not blocked.success
+    assert check_results(blocked)["ledger_balanced"] is False
+    assert rt.store.query("SELECT count(*) FROM ledger_postings")[0][0] == before  # nothing posted
+
+
+def test_asset_definitions_tell_the_story(setup) -> None:
+    graph = setup["defs"].resolve_asset_graph()
+    keys = {k.to_user_string() for k in graph.get_all_asset_keys()}
+    assert keys == {"raw_event_batches", "event_log", "dead_letter", "current_resources", "resource_intervals",
+                    "sync_runs", "usage_daily", "ledger_audit", "ledger_postings", "usage_checkpoints"}
+    for key in graph.get_all_asset_keys():
+        node = graph.get(key)
+        assert node.group_name in ("ingest", "projection", "reconciliation", "usage", "ledger"), key
+        assert node.kinds and node.description, key
+    assert graph.get(dg.AssetKey("current_resources")).automation_condition is not None
+    assert graph.get(dg.AssetKey("usage_daily")).backfill_policy == dg.BackfillPolicy.single_run()

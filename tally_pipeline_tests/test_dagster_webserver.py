@@ -1,0 +1,95 @@
+"""The code location as a data engineer meets it: the Dagster webserver, read back over its GraphQL API."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import httpx
+import pytest
+
+from tally_pipeline.bench.common import free_port
+
+ROOT = Path(__file__).resolve().parents[1]
+
+QUERY = """
+{
+  repositoriesOrError {
+    ... on RepositoryConnection {
+      nodes {
+        name
+        location { name }
+        assetNodes { assetKey { path } groupName kinds }
+        schedules { name cronSchedule scheduleState { status } }
+        sensors { name sensorState { status } }
+        jobs { name }
+      }
+    }
+  }
+  workspaceOrError {
+    ... on Workspace {
+      locationEntries {
+        name
+        locationOrLoadError { __typename ... on PythonError { message } }
+      }
+    }
+  }
+}
+"""
+
+
+@pytest.mark.slow
+def test_webserver_serves_the_asset_graph_schedules_and_sensors(tmp_path) -> None:
+    config = tmp_path / "tally.yaml"
+    config.write_text(f"database: duckdb://{tmp_path / 'tally.duckdb'}\n"
+                      "clouds:\n  region-one: {provider: simulated}\n  region-two: {provider: simulated}\n")
+    home = tmp_path / "dagster_home"
+    home.mkdir()
+    (home / "dagster.yaml").write_text((ROOT / "dagster.yaml").read_text())
+    env = {**os.environ, "TALLY_CONFIG": str(config), "DAGSTER_HOME": str(home)}
+    port = free_port()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "dagster_webserver", "-w", str(ROOT / "workspace.yaml"), "-h", "127.0.0.1", "-p", str(port)],
+        cwd=ROOT, env=env, start_new_session=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+    )
+    try:
+        data = None
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:  # an external server starting up: poll until it answers
+            assert proc.poll() is None, proc.stdout.read().decode()
+            try:
+                response = httpx.post(f"http://127.0.0.1:{port}/graphql", json={"query": QUERY}, timeout=10)
+                if response.status_code == 200 and response.json()["data"]["repositoriesOrError"].get("nodes"):
+                    data = response.json()["data"]
+                    break
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.5)
+        assert data is not None, "webserver did not serve the code location in time"
+    finally:
+        os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            output = proc.communicate(timeout=30)[0].decode()
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            output = proc.communicate()[0].decode()
+    [entry] = data["workspaceOrError"]["locationEntries"]
+    assert entry["name"] == "tally_pipeline" and entry["locationOrLoadError"]["__typename"] == "RepositoryLocation"
+    [repo] = data["repositoriesOrError"]["nodes"]
+    assets = {"/".join(a["assetKey"]["path"]): a for a in repo["assetNodes"]}
+    assert {"raw_event_batches", "event_log", "dead_letter", "current_resources", "resource_intervals", "sync_runs",
+            "usage_daily", "ledger_audit", "ledger_postings", "usage_checkpoints"} <= set(assets)
+    assert assets["sync_runs"]["groupName"] == "reconciliation" and assets["usage_daily"]["groupName"] == "usage"
+    schedules = {s["name"]: s for s in repo["schedules"]}
+    assert schedules["reconciliation_schedule"]["cronSchedule"] == "*/10 * * * *"
+    assert {"reconciliation_schedule", "delta_posting_schedule", "usage_daily_job_schedule"} <= set(schedules)
+    sensors = {s["name"] for s in repo["sensors"]}
+    assert {"landing_files_sensor", "settle_window_sensor", "api_writes", "events_silent_sensor", "sync_stale_sensor",
+            "sync_errors_sensor", "drift_high_sensor"} <= sensors
+    assert {"reconciliation", "delta_posting", "landing_files", "usage_daily_job"} <= {j["name"] for j in repo["jobs"]}
+    ours = [line for line in output.splitlines() if "Warning" in line and "tally_pipeline" in line]
+    assert not ours, ours

@@ -200,3 +200,34 @@ def test_asset_definitions_tell_the_story(setup) -> None:
         assert node.kinds and node.description, key
     assert graph.get(dg.AssetKey("current_resources")).automation_condition is not None
     assert graph.get(dg.AssetKey("usage_daily")).backfill_policy == dg.BackfillPolicy.single_run()
+
+
+def test_backfill_after_an_outage_posts_the_corrections(setup) -> None:
+    """Landing files for the outage days are ingested, usage_daily backfilled in one run, and the next
+    posting cycle posts what the outage hid."""
+    import json
+
+    defs, rt, landing, instance = setup["defs"], setup["rt"], setup["landing"], setup["instance"]
+    setup["clock"].value = T0 + timedelta(days=4)
+    Ingestor(rt.store, rt.registry).ingest([vol_event("o1", "v-old", "create", T0 - timedelta(days=1))], origin="t")
+    first = defs.resolve_job_def("delta_posting").execute_in_process(instance=instance, tags={"tally/now": (T0 + timedelta(days=3)).isoformat()})
+    assert first.success
+    before = float(rt.store.query("SELECT sum(amount) FROM ledger_postings")[0][0])
+    # The outage: a collector's backlog for 1–2 March lands as files, after the cycle above.
+    for day, events in {"2026-03-01": [vol_event("o2", "v-out", "create", T0 + timedelta(hours=2), gb=100)],
+                        "2026-03-02": [vol_event("o3", "v-out", "delete", T0 + timedelta(days=1, hours=2))]}.items():
+        (landing / day).mkdir()
+        (landing / day / "backlog.jsonl").write_text("\n".join(json.dumps(e) for e in events))
+    ingested = defs.resolve_job_def("landing_files").execute_in_process(instance=instance, tags={
+        "dagster/asset_partition_range_start": "2026-03-01", "dagster/asset_partition_range_end": "2026-03-02"})
+    assert ingested.success and materializations(ingested, "raw_event_batches")[0]["stored"] == 2
+    backfill = defs.resolve_job_def("usage_daily_job").execute_in_process(instance=instance, tags={
+        "dagster/asset_partition_range_start": "2026-03-01", "dagster/asset_partition_range_end": "2026-03-02"})
+    assert backfill.success
+    daily = dict(rt.store.query("SELECT day, sum(quantity) FROM usage_daily WHERE meter = 'volume_gb_hours' GROUP BY day"))
+    assert {str(d): float(q) for d, q in daily.items()} == {"2026-03-01": 240 + 100 * 22, "2026-03-02": 240 + 100 * 2}
+    second = defs.resolve_job_def("delta_posting").execute_in_process(instance=instance, tags={"tally/now": (T0 + timedelta(days=3, hours=1)).isoformat()})
+    assert second.success and check_results(second)["postings_match_usage"]
+    after = float(rt.store.query("SELECT sum(amount) FROM ledger_postings")[0][0])
+    # the outage's 24 hours of a 100 GiB volume, plus one more hour of the old volume
+    assert after - before == pytest.approx(100 * 24 + 10 * 1, abs=1e-5)

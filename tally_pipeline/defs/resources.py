@@ -24,11 +24,19 @@ class TallyStore(dg.ConfigurableResource):
     database: str | None = Field(default=None, description="database URL; overrides the config file's")
 
     _runtime: Runtime | None = PrivateAttr(default=None)
+    _session: Any = PrivateAttr(default=None)
 
     def setup_for_execution(self, context: dg.InitResourceContext) -> None:
+        # A step is one unit of work for the database: an embedded DuckDB file stays open for the
+        # step (other processes wait for it) instead of being reopened by every statement group.
         self._runtime = Runtime.load(self.config_path, database=self.database)
+        self._session = self._runtime.store.session()
+        self._session.__enter__()
 
     def teardown_after_execution(self, context: dg.InitResourceContext) -> None:
+        if self._session is not None:
+            self._session.__exit__(None, None, None)
+            self._session = None
         if self._runtime is not None:
             self._runtime.close()
             self._runtime = None

@@ -117,6 +117,8 @@ class DuckDBUnitOfWork(UnitOfWork):
 
 class DuckDBStore(Store):
     dialect = "duckdb"
+    #: Files this process has brought up to date: opening one again needs no migration check.
+    _migrated: set[str] = set()
 
     def __init__(self, path: str | Path, *, migrate: bool = True, retry_budget_s: float = 30.0):
         self.path = str(path)
@@ -131,8 +133,11 @@ class DuckDBStore(Store):
             self._memory = _connect(":memory:")
         else:
             Path(self.path).parent.mkdir(parents=True, exist_ok=True)
-        if migrate:
+        known = self._memory is None and Path(self.path).exists() and str(Path(self.path).resolve()) in self._migrated
+        if migrate and not known:
             self.migrate()
+            if self._memory is None:
+                self._migrated.add(str(Path(self.path).resolve()))
 
     @contextmanager
     def session(self) -> Iterator[None]:

@@ -10,7 +10,7 @@ from functools import cached_property
 from tally_pipeline.config import TallyConfig, load_config
 from tally_pipeline.core.registry import SizeSchemaRegistry
 from tally_pipeline.ingest import Ingestor
-from tally_pipeline.schemas import load_registry
+from tally_pipeline.schemas import default_registry, load_registry
 from tally_pipeline.store import Store, open_store
 
 
@@ -31,6 +31,8 @@ class Runtime:
 
     @cached_property
     def registry(self) -> SizeSchemaRegistry:
+        if self.config.schemas_dir is None:
+            return default_registry()  # compiled once per process
         return load_registry(self.config.schemas_dir)
 
     @property

@@ -144,16 +144,14 @@ def _record(store: Store, run: SyncRun) -> None:
             "VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)",
             (run.run_id, *values),
         )
-        if run.status != "running":
+        if run.status != "running" and run.deferrals:
             uow.execute("DELETE FROM sync_deferrals WHERE run_id = %s", (run.run_id,))
-            for d in run.deferrals:
-                uow.execute(
-                    "INSERT INTO sync_deferrals (run_id, cloud, resource_type, resource_id, action, reason, detail, "
-                    "retry_after, deferred_at) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s) "
-                    "ON CONFLICT DO NOTHING",
-                    (run.run_id, run.cloud, d.resource_type, d.resource_id, d.action, d.reason, d.detail,
-                     d.retry_after, run.poll_time),
-                )
+            uow.executemany(
+                "INSERT INTO sync_deferrals (run_id, cloud, resource_type, resource_id, action, reason, detail, "
+                "retry_after, deferred_at) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s) ON CONFLICT DO NOTHING",
+                [(run.run_id, run.cloud, d.resource_type, d.resource_id, d.action, d.reason, d.detail,
+                  d.retry_after, run.poll_time) for d in run.deferrals],
+            )
 
     store.run(work)
 

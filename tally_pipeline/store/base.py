@@ -100,6 +100,14 @@ class UnitOfWork(abc.ABC):
     def execute(self, sql: str, params: Sequence[Any] = ()) -> Any:
         """Run one parameterised statement (``%s`` placeholders) in this transaction."""
 
+    @abc.abstractmethod
+    def fetchall(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
+        """Run a statement and return its rows."""
+
+    @abc.abstractmethod
+    def executemany(self, sql: str, rows: Sequence[Sequence[Any]]) -> None:
+        """Run one statement once per row of parameters."""
+
 
 class Store(abc.ABC):
     """A database holding the tally tables."""

@@ -59,6 +59,9 @@ class DuckDBUnitOfWork(UnitOfWork):
     def fetchall(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
         return self.execute(sql, params).fetchall()
 
+    def executemany(self, sql: str, rows: Sequence[Sequence[Any]]) -> None:
+        self.con.executemany(_params(sql), [list(r) for r in rows])
+
     def insert_events(self, records: Sequence[EventRecord], received_at: datetime) -> set[str]:
         if not records:
             return set()

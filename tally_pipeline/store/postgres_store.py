@@ -61,6 +61,9 @@ class PostgresUnitOfWork(UnitOfWork):
     def fetchall(self, sql: str, params: Sequence[Any] | None = None) -> list[tuple[Any, ...]]:
         return self.cur.execute(sql, params).fetchall()
 
+    def executemany(self, sql: str, rows: Sequence[Sequence[Any]]) -> None:
+        self.cur.executemany(sql, rows)
+
     def insert_events(self, records: Sequence[EventRecord], received_at: datetime) -> set[str]:
         if not records:
             return set()

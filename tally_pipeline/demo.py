@@ -245,6 +245,7 @@ def report(run: DemoRun) -> dict[str, Any]:
             plain = last.events_only.get(name, 0) - base.events_only.get(name, 0)
             meters[meter.name] = {
                 "unit": meter.unit,
+                "seed_bound": float(to_units(_seed_bound(run, meter, base.clamp, last.clamp))),
                 "truth": float(to_units(truth)),
                 "ledger": float(to_units(ledger)),
                 "events_only": float(to_units(plain)),
@@ -292,6 +293,29 @@ def report(run: DemoRun) -> dict[str, Any]:
         }
     finally:
         rt.close()
+
+
+def _seed_bound(run: DemoRun, meter: Any, start: datetime, end: datetime) -> int:
+    """The error the design note's known limits allow for a meter, in µ-units: one sync interval at the
+    resource's rate per lost delete without a platform deletion time, and per lost resize."""
+    from tally_pipeline.core.usage import interval_usage_micro
+
+    lost = run.sim.stream
+    total = 0
+    for key in lost.lost_deletes | lost.lost("update"):
+        if key.resource_type != meter.resource_type:
+            continue
+        lc = run.sim.truth.get(key)
+        if lc is None or lc.created_at > end or (lc.deleted_at is not None and lc.deleted_at < start):
+            continue
+        worst = 0
+        for iv in lc.intervals:
+            piece = Interval(iv.start, iv.start + TICK, dict(iv.size))
+            worst = max(worst, interval_usage_micro(meter, piece, iv.start + TICK))
+        deletes = 1 if key in lost.lost_deletes and key.resource_type != "instance" else 0
+        updates = 1 if key in lost.lost("update") else 0
+        total += worst * (deletes + updates)
+    return total
 
 
 def _relative(value: int, truth: int) -> float:

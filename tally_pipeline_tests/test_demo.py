@@ -1,0 +1,67 @@
+"""`tally demo` end to end at a small size: the figures make the product's point, and are reproducible."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+
+def demo(tmp_path: Path, name: str, *args: str) -> dict:
+    directory = tmp_path / name
+    result = subprocess.run(
+        [sys.executable, "-m", "tally_pipeline.cli", "demo", "--json", "--dir", str(directory), *args],
+        capture_output=True, text=True, timeout=600, env={**os.environ, "TALLY_CONFIG": ""},
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    report = json.loads(result.stdout)
+    assert Path(report["database"]).is_file() and Path(report["picture"]).stat().st_size > 10_000
+    return report
+
+
+def figures(report: dict) -> dict:
+    """What must not change between two runs with the same seed (paths and timings aside)."""
+    return {k: v for k, v in report.items() if k not in ("database", "events_only_database", "picture", "seconds")}
+
+
+@pytest.fixture(scope="module")
+def lossy(tmp_path_factory) -> tuple[dict, dict]:
+    tmp = tmp_path_factory.mktemp("demo")
+    args = ("--hours", "4", "--clouds", "2", "--loss", "0.05", "--duplicates", "0.01", "--seed", "3")
+    return demo(tmp, "first", *args), demo(tmp, "second", *args)
+
+
+@pytest.mark.slow
+def test_lossy_demo_events_alone_are_wrong_and_reconciliation_stays_within_the_seed_bound(lossy) -> None:
+    report, _ = lossy
+    assert report["events"]["lost"] > 0 and report["events"]["duplicates"] > 0
+    assert report["corrections"]["created"] + report["corrections"]["deleted"] > 0
+    meters = report["meters"]
+    assert set(meters) == {"instance_hours", "vcpu_hours", "ram_gb_hours", "volume_gb_hours", "floating_ip_hours",
+                           "image_gb_hours", "load_balancer_hours"}
+    worst_events_only = max(m["events_only_error"] for m in meters.values())
+    assert worst_events_only > 0.02  # losing 5 % of events shows
+    for name, m in meters.items():
+        assert abs(m["ledger"] - m["truth"]) <= m["seed_bound"] + 1e-6, name
+        assert m["reconciled_error"] <= m["events_only_error"] or m["reconciled_error"] == 0, name
+    assert report["postings"]["usage"] > 0
+    assert report["syncs"]["dagster_runs"]["scheduled sync (all clouds)"] == 4 * 6 + 2
+
+
+@pytest.mark.slow
+def test_same_seed_gives_the_same_figures(lossy) -> None:
+    first, second = lossy
+    assert figures(first) == figures(second)
+
+
+@pytest.mark.slow
+def test_without_loss_both_ledgers_are_exact(tmp_path) -> None:
+    report = demo(tmp_path, "exact", "--hours", "3", "--clouds", "1", "--loss", "0", "--duplicates", "0", "--seed", "5")
+    for name, m in report["meters"].items():
+        assert m["events_only_error"] == 0 and m["reconciled_error"] == 0, name
+        assert m["ledger"] == m["truth"] and m["events_only"] == m["truth"], name
+    assert report["events"]["lost"] == 0

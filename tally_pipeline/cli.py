@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import functools
-import sys
 from collections.abc import Callable
 from typing import Any
 
@@ -78,7 +77,3 @@ def _register_subcommands() -> None:
 
 
 _register_subcommands()
-
-
-if __name__ == "__main__":  # pragma: no cover
-    sys.exit(main())

@@ -14,7 +14,7 @@ import pytest
 def demo(tmp_path: Path, name: str, *args: str) -> dict:
     directory = tmp_path / name
     result = subprocess.run(
-        [sys.executable, "-m", "tally_pipeline.cli", "demo", "--json", "--dir", str(directory), *args],
+        [sys.executable, "-m", "tally_pipeline", "demo", "--json", "--dir", str(directory), *args],
         capture_output=True, text=True, timeout=600, env={**os.environ, "TALLY_CONFIG": ""},
     )
     assert result.returncode == 0, result.stderr[-3000:]

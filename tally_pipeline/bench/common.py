@@ -40,7 +40,7 @@ def api_process(database: str, *, config: Path | None = None) -> Iterator[str]:
     import httpx
 
     port = free_port()
-    args = [sys.executable, "-m", "tally_pipeline.cli", "serve", "--database", database,
+    args = [sys.executable, "-m", "tally_pipeline", "serve", "--database", database,
             "--port", str(port), "--log-level", "warning"]
     if config is not None:
         args += ["--config", str(config)]

@@ -21,6 +21,15 @@ from tally_pipeline.runtime import Runtime
 def ingest(rt: Runtime, files: tuple[Path, ...], as_json: bool, quiet: bool) -> None:
     """Ingest landing files (JSON lines or {"events": [...]}, gzip too) in batches of 1000."""
     summaries = []
+    with rt.store.session():  # one process owns the embedded file for the whole command
+        _ingest_files(rt, files, as_json, quiet, summaries)
+    if as_json:
+        click.echo(json.dumps({"files": [s.as_json() for s in summaries]}, indent=2))
+    if any(s.error for s in summaries):
+        raise SystemExit(1)
+
+
+def _ingest_files(rt: Runtime, files: tuple[Path, ...], as_json: bool, quiet: bool, summaries: list) -> None:
     for path in files:
         with tqdm(
             total=path.stat().st_size, unit="B", unit_scale=True, desc=path.name,
@@ -40,10 +49,6 @@ def ingest(rt: Runtime, files: tuple[Path, ...], as_json: bool, quiet: bool) -> 
             click.echo(line + (f" ({reasons})" if reasons else ""))
             if summary.error:
                 click.echo(f"{path}: stopped: {summary.error}", err=True)
-    if as_json:
-        click.echo(json.dumps({"files": [s.as_json() for s in summaries]}, indent=2))
-    if any(s.error for s in summaries):
-        raise SystemExit(1)
 
 
 def register(main: click.Group) -> None:

@@ -83,7 +83,7 @@ def _run(store: Store, *, full: bool) -> RefreshResult:
 
 
 def _refresh_duckdb(uow: Any, *, full: bool) -> tuple[int, int]:
-    from tally_pipeline.store.fold_duckdb import INTERVALS_SELECT, STATE_SELECT
+    from tally_pipeline.store.fold_duckdb import FOLD_TABLE, INTERVALS_SELECT, STATE_SELECT
 
     con = uow.con
     # Writers are serialised (one process holds the file, one thread the write lock), so every
@@ -113,10 +113,10 @@ def _refresh_duckdb(uow: Any, *, full: bool) -> tuple[int, int]:
             con.execute("DROP TABLE _touched")
             return touched, high
         source = f"events SEMI JOIN _touched USING ({KEY})"
-    con.execute(f"INSERT INTO resource_intervals {INTERVALS_SELECT.format(source=source)}")
-    con.execute(
-        f"INSERT INTO current_resources ({', '.join(STATE_COLUMNS)}) " + STATE_SELECT.format(source=source)
-    )
+    con.execute(FOLD_TABLE.format(source=source))
+    con.execute(f"INSERT INTO resource_intervals {INTERVALS_SELECT}")
+    con.execute(f"INSERT INTO current_resources ({', '.join(STATE_COLUMNS)}) {STATE_SELECT}")
+    con.execute("DROP TABLE _fold")
     count = con.execute(
         "SELECT count(*) FROM current_resources" if full else "SELECT count(*) FROM _touched"
     ).fetchall()[0][0]

@@ -1,4 +1,6 @@
 -- Projections: each resource's folded state and its lifecycle intervals, kept incrementally.
+-- No primary keys here: the fold writes each key once by construction, and DuckDB's index upkeep
+-- would cost more than the fold itself on every refresh (Postgres keeps its keys).
 CREATE TABLE current_resources (
     cloud         TEXT        NOT NULL,
     resource_type TEXT        NOT NULL,
@@ -10,8 +12,7 @@ CREATE TABLE current_resources (
     deleted_at    TIMESTAMPTZ,
     last_event_at TIMESTAMPTZ NOT NULL,
     last_seq      BIGINT      NOT NULL,
-    event_count   INTEGER     NOT NULL,
-    PRIMARY KEY (cloud, resource_type, resource_id)
+    event_count   INTEGER     NOT NULL
 );
 
 CREATE TABLE resource_intervals (
@@ -23,8 +24,7 @@ CREATE TABLE resource_intervals (
     project_id    TEXT        NOT NULL,
     size          JSON        NOT NULL,
     start_at      TIMESTAMPTZ NOT NULL,
-    end_at        TIMESTAMPTZ,
-    PRIMARY KEY (cloud, resource_type, resource_id, interval_no)
+    end_at        TIMESTAMPTZ
 );
 
 -- How far the projection has folded the event log: every event with seq <= watermark is folded.

@@ -53,20 +53,28 @@ l3 AS (
     FROM l2
     WINDOW w_now AS (PARTITION BY {KEY} ORDER BY rn ROWS UNBOUNDED PRECEDING),
            w_before AS (PARTITION BY {KEY} ORDER BY rn ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING)
-),
-marks AS (
+)
+"""
+
+# The fold's rows, materialised once per refresh: both tables are read off this.
+FOLD_TABLE = f"""
+CREATE OR REPLACE TEMP TABLE _fold AS
+WITH {FOLD_CTE}
+SELECT {KEY}, seq, rn, occurred_at, live_after, live_before, is_start, is_update, is_end,
+       project_ff, size_ff, project_prev, size_prev, lifecycle_no
+FROM l3
+"""
+
+INTERVALS_SELECT = f"""
+WITH marks AS (
     SELECT {KEY}, rn, occurred_at, is_end, project_ff, size_ff, lifecycle_no,
            lead(occurred_at) OVER (PARTITION BY {KEY} ORDER BY rn) AS next_at,
            NOT is_end AS is_boundary
-    FROM l3
+    FROM _fold
     WHERE is_end
        OR is_start
        OR (is_update AND (project_ff IS DISTINCT FROM project_prev OR size_ff IS DISTINCT FROM size_prev))
 )
-"""
-
-INTERVALS_SELECT = f"""
-WITH {FOLD_CTE}
 SELECT {KEY},
        (row_number() OVER (PARTITION BY {KEY} ORDER BY rn) - 1)::INTEGER AS interval_no,
        lifecycle_no::INTEGER AS lifecycle_no,
@@ -79,7 +87,6 @@ WHERE is_boundary AND (next_at IS NULL OR next_at > occurred_at)
 """
 
 STATE_SELECT = f"""
-WITH {FOLD_CTE}
 SELECT {KEY},
        CASE WHEN max(lifecycle_no) < 0 THEN 'unborn'
             WHEN arg_max(live_after, rn) THEN 'live'
@@ -92,6 +99,6 @@ SELECT {KEY},
        max(occurred_at) AS last_event_at,
        max(seq) AS last_seq,
        count(*)::INTEGER AS event_count
-FROM l3
+FROM _fold
 GROUP BY {KEY}
 """

@@ -11,6 +11,7 @@ import codecs
 import gzip
 import io
 import json
+import os
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -35,6 +36,36 @@ class BadLine:
 
 class LandingFileError(ValueError):
     pass
+
+
+class LandingPathError(ValueError):
+    """A landing file name that would reach outside the configured ``landing_dir``."""
+
+
+def resolve_landing_path(landing_dir: str | os.PathLike[str], name: str | os.PathLike[str]) -> Path:
+    """The real path of the landing file ``name``: relative to ``landing_dir``, or absolute inside it.
+
+    Raises ``LandingPathError`` for an empty name or one holding NUL, any ``..`` component (even one
+    that would come back inside), an absolute path outside the directory, the directory itself, and a
+    path that leaves it through a symlink (of the file or of a folder on the way). Symlinks that stay
+    inside are followed. ``landing_dir`` itself may be a symlink: containment is decided on real paths.
+    """
+    text = os.fspath(name)
+    if not text or "\x00" in text:
+        raise LandingPathError(f"{text!r} is not a landing file name")
+    root = Path(landing_dir).resolve()
+    candidate = Path(text)
+    if ".." in candidate.parts:
+        raise LandingPathError(f"{text!r}: '..' is not allowed in a landing file path")
+    try:
+        real = (candidate if candidate.is_absolute() else root / candidate).resolve()
+    except (OSError, RuntimeError) as exc:  # a symlink loop
+        raise LandingPathError(f"{text!r} cannot be resolved: {exc}") from None
+    if not real.is_relative_to(root):
+        raise LandingPathError(f"{text!r} resolves to {str(real)!r}, outside the landing directory {str(root)!r}")
+    if real == root:
+        raise LandingPathError(f"{text!r} names the landing directory itself, not a file in it")
+    return real
 
 
 def read_items(stream: IO[bytes]) -> Iterator[Any | BadLine]:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import json
 import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -18,6 +19,7 @@ import orjson
 from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
 from starlette.convertors import Convertor, register_url_convertor
+from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
@@ -39,7 +41,12 @@ class JSON(Response):
     media_type = "application/json"
 
     def render(self, content: Any) -> bytes:
-        return orjson.dumps(content, default=_json_default, option=orjson.OPT_UTC_Z | orjson.OPT_NAIVE_UTC)
+        try:
+            return orjson.dumps(content, default=_json_default, option=orjson.OPT_UTC_Z | orjson.OPT_NAIVE_UTC)
+        except orjson.JSONEncodeError:
+            # PostgreSQL's jsonb keeps numbers as numeric and hands 1e300 back as a 301-digit integer,
+            # which orjson cannot write; the standard library can (the same number, spelled out).
+            return json.dumps(content, default=_json_default, ensure_ascii=False, separators=(",", ":")).encode()
 
 
 def _json_default(value: Any) -> Any:
@@ -263,6 +270,13 @@ async def metrics(ctx: ApiContext, request: Request) -> Response:
     return Response(text, media_type="text/plain; version=0.0.4; charset=utf-8")
 
 
+async def _routing_error(request: Request, exc: Exception) -> Response:
+    """No route for the path (404) or the method (405): answered in JSON like every other error."""
+    assert isinstance(exc, HTTPException)
+    code = {404: "not_found", 405: "method_not_allowed"}.get(exc.status_code, "http_error")
+    return JSON({"error": code, "detail": exc.detail}, status_code=exc.status_code, headers=exc.headers)
+
+
 class AnyPath(Convertor[str]):
     """Like Starlette's ``path``, but matching every character: a resource id may hold a newline."""
 
@@ -293,6 +307,6 @@ def create_app(ctx: ApiContext) -> Starlette:
         Route("/healthz", guarded(healthz, ctx), methods=["GET"]),
         Route("/metrics", guarded(metrics, ctx), methods=["GET"]),
     ]
-    app = Starlette(routes=routes)
+    app = Starlette(routes=routes, exception_handlers={HTTPException: _routing_error})
     app.state.ctx = ctx
     return app

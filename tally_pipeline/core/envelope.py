@@ -7,6 +7,7 @@ store) or a ``Rejection`` with a machine-readable reason and a message that name
 from __future__ import annotations
 
 import hashlib
+import math
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Annotated, Any, Literal
@@ -140,6 +141,9 @@ def validate_event(item: Any, registry: SizeSchemaRegistry) -> EventRecord | Rej
         )
     except (TypeError, orjson.JSONEncodeError) as exc:
         return Rejection("invalid_payload", f"invalid_payload: cannot be stored as JSON: {exc}")
+    if b"null" in payload_json and _has_non_finite(env.payload):
+        # orjson writes an infinity (a JSON number like 1e400) or NaN as null: refuse rather than change the data.
+        return Rejection("invalid_payload", "invalid_payload: a number is out of range (beyond a 64-bit float)")
     if len(payload_json) > MAX_PAYLOAD_BYTES:
         return Rejection(
             "payload_too_large",
@@ -164,6 +168,16 @@ def validate_event(item: Any, registry: SizeSchemaRegistry) -> EventRecord | Rej
         payload_json=payload_json.decode(),
         content_hash=digest.hexdigest(),
     )
+
+
+def _has_non_finite(value: Any) -> bool:
+    if isinstance(value, float):
+        return not math.isfinite(value)
+    if isinstance(value, dict):
+        return any(_has_non_finite(v) for v in value.values())
+    if isinstance(value, list):
+        return any(_has_non_finite(v) for v in value)
+    return False
 
 
 def _json_type(value: Any) -> str:

@@ -61,15 +61,17 @@ class ResourceType:
 
     def size_error(self, size: Any) -> str | None:
         """Return None when ``size`` satisfies the schema, else a message naming the offending field."""
-        key = orjson.dumps(size, option=orjson.OPT_SORT_KEYS)
-        known = self._valid_sizes.get(key)
-        if known:
+        try:
+            key: bytes | None = orjson.dumps(size, option=orjson.OPT_SORT_KEYS)
+        except (TypeError, orjson.JSONEncodeError):
+            key = None  # not storable as JSON (an integer beyond 64 bits): checked, never remembered
+        if key is not None and self._valid_sizes.get(key):
             return None
         try:
             self._compiled(size)
         except fastjsonschema.JsonSchemaException:
             return self._describe(size)
-        if len(self._valid_sizes) < 100_000:  # bounded: sizes are few, but don't trust that
+        if key is not None and len(self._valid_sizes) < 100_000:  # bounded: sizes are few, but don't trust that
             self._valid_sizes[key] = True
         return None
 

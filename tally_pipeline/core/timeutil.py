@@ -27,7 +27,10 @@ def parse_rfc3339(value: str) -> datetime:
         parsed = datetime.fromisoformat(value.upper())
     except ValueError as exc:
         raise TimestampError(f"{value!r} is not a valid date and time: {exc}") from None
-    return parsed.astimezone(UTC)
+    try:
+        return parsed.astimezone(UTC)
+    except OverflowError:  # e.g. 0001-01-01T00:00:00+01:00 lies before the first representable instant
+        raise TimestampError(f"{value!r} is out of range once taken to UTC") from None
 
 
 def to_utc(value: datetime) -> datetime:

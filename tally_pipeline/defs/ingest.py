@@ -10,22 +10,27 @@ import dagster as dg
 from tally_pipeline.defs.partitions import DAILY
 from tally_pipeline.defs.resources import TallyStore
 from tally_pipeline.defs.tags import POOL
-from tally_pipeline.landing import ingest_file
+from tally_pipeline.landing import LandingPathError, ingest_file, resolve_landing_path
 
 LANDING_SUFFIXES = (".jsonl", ".json", ".ndjson", ".jsonl.gz", ".json.gz", ".ndjson.gz")
 
 
 def landing_files(landing_dir: Path, day: str) -> list[Path]:
     """The files of one day's folder ``landing_dir/YYYY-MM-DD/``, never anything outside ``landing_dir``."""
-    root = landing_dir.resolve()
-    folder = (root / day).resolve()
-    if not folder.is_relative_to(root) or not folder.is_dir():
+    try:
+        folder = resolve_landing_path(landing_dir, day)
+    except LandingPathError:
+        return []
+    if not folder.is_dir():
         return []
     files = []
     for path in sorted(folder.iterdir()):
-        real = path.resolve()
-        if real.is_file() and real.is_relative_to(root) and path.name.endswith(LANDING_SUFFIXES):
-            files.append(path)
+        try:
+            real = resolve_landing_path(landing_dir, path)
+        except LandingPathError:
+            continue  # a symlink out of the landing directory is never read
+        if real.is_file() and path.name.endswith(LANDING_SUFFIXES):
+            files.append(real)
     return files
 
 

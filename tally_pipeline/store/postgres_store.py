@@ -124,6 +124,7 @@ class PostgresStore(Store):
         max_size: int = 8,
         timeout: float = 10.0,
         retry_budget_s: float = 30.0,
+        reconnect_timeout: float = 3.0,
     ):
         self.url = url
         self.retry_budget_s = retry_budget_s
@@ -135,6 +136,10 @@ class PostgresStore(Store):
             open=False,
             # A connection that died with the server is found and replaced before it is handed out.
             check=ConnectionPool.check_connection,
+            # psycopg_pool retries a failed connection with doubling delays for reconnect_timeout
+            # (default 5 min), so after a long outage it would find the server back only minutes late;
+            # giving up early lets the next request start a fresh attempt at once.
+            reconnect_timeout=reconnect_timeout,
             kwargs={"connect_timeout": max(1, int(timeout))},
             name="tally",
         )

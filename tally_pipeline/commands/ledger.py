@@ -1,0 +1,152 @@
+"""Ledger commands: ``tally post-usage``, ``tally ledger verify``, ``tally usage daily``, ``tally bench post``."""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, date, datetime
+from typing import Any
+
+import click
+
+from tally_pipeline.cli import with_runtime
+from tally_pipeline.core.ledger import NonMonotonicCheckpoint
+from tally_pipeline.core.timeutil import TimestampError, parse_rfc3339
+from tally_pipeline.runtime import Runtime
+
+
+class _Instant(click.ParamType):
+    name = "RFC3339"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> datetime:
+        if isinstance(value, datetime):
+            return value
+        try:
+            return parse_rfc3339(value)
+        except TimestampError as exc:
+            self.fail(str(exc), param, ctx)
+
+
+class _Day(click.ParamType):
+    name = "YYYY-MM-DD"
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> date:
+        if isinstance(value, date):
+            return value
+        try:
+            return date.fromisoformat(value)
+        except ValueError:
+            self.fail(f"{value!r} is not a day (YYYY-MM-DD)", param, ctx)
+
+
+INSTANT, DAY = _Instant(), _Day()
+
+
+def _group(main: click.Group, name: str, help_text: str) -> click.Group:
+    """The group ``name`` of ``main``, created if no other area made it first."""
+    existing = main.commands.get(name)
+    if isinstance(existing, click.Group):
+        return existing
+    group = click.Group(name, help=help_text)
+    main.add_command(group)
+    return group
+
+
+def _echo(data: Any) -> None:
+    click.echo(json.dumps(data, indent=2))
+
+
+@click.command("post-usage")
+@click.option("--now", type=INSTANT, help="The cycle's instant (default: the current time). Clamp = now − ingest_lag.")
+@click.option("--batch-size", type=click.IntRange(min=1), default=None, help="Entities per transaction.")
+@click.option("--workers", type=click.IntRange(min=1), default=None, help="Transactions at a time (default: 2 on Postgres, 1 on DuckDB).")
+@click.option("--list-entities", is_flag=True, help="Also list every posted entity.")
+@with_runtime
+def post_usage_command(
+    rt: Runtime, now: datetime | None, batch_size: int | None, workers: int | None, list_entities: bool
+) -> None:
+    """Run one checkpoint-delta posting cycle; print its result. Exit 1 when an entity was skipped."""
+    from tally_pipeline.ledger.poster import DEFAULT_BATCH_SIZE, post_usage
+
+    try:
+        result = post_usage(
+            rt.store,
+            rt.registry,
+            now=now or datetime.now(UTC),
+            ingest_lag=rt.config.ledger.ingest_lag,
+            window_days=rt.config.ledger.window_days,
+            batch_size=batch_size or DEFAULT_BATCH_SIZE,
+            workers=workers,
+        )
+    except NonMonotonicCheckpoint as exc:
+        raise click.ClickException(str(exc)) from None
+    _echo(result.to_dict(entities=list_entities))
+    if result.skipped:
+        raise SystemExit(1)
+
+
+@click.command("verify")
+@click.option("--ledger-only", is_flag=True, help="Ignore history changed since the last cycle; check the ledger's own sums.")
+@with_runtime
+def verify_command(rt: Runtime, ledger_only: bool) -> None:
+    """Recompute every entity's usage through its checkpoint and compare with its postings. Exit 1 on any difference."""
+    from tally_pipeline.ledger.verify import verify
+
+    report = verify(rt.store, rt.registry, include_history=not ledger_only)
+    _echo(report.to_dict())
+    if not report.ok:
+        raise SystemExit(1)
+
+
+@click.command("daily")
+@click.option("--day", "day", type=DAY, help="Recompute this UTC day.")
+@click.option("--from", "first", type=DAY, help="First day of a range (with --to).")
+@click.option("--to", "last", type=DAY, help="Last day of a range, inclusive.")
+@click.option("--through", type=INSTANT, help="Count usage up to this instant (default: now).")
+@with_runtime
+def daily_command(rt: Runtime, day: date | None, first: date | None, last: date | None, through: datetime | None) -> None:
+    """Recompute usage_daily for a day or a range of days (delete them, insert them again)."""
+    from tally_pipeline.ledger.daily import recompute_usage_daily
+
+    if day is not None and (first is not None or last is not None):
+        raise click.UsageError("give --day, or --from and --to, not both")
+    if day is None and (first is None or last is None):
+        raise click.UsageError("give --day D, or --from D1 --to D2")
+    start, end = (day, day) if day is not None else (first, last)
+    try:
+        result = recompute_usage_daily(rt.store, rt.registry, start, end, through=through)
+    except ValueError as exc:
+        raise click.UsageError(str(exc)) from None
+    _echo(result.to_dict())
+
+
+@click.command("post")
+@click.option("--entities", type=click.IntRange(min=3), default=100_000, show_default=True)
+@click.option("--naive-sample", type=click.IntRange(min=1), default=None,
+              help="Entities the naive one-transaction-per-entity poster is timed on (default 10,000; 200 on DuckDB).")
+@click.option("--batch-size", type=click.IntRange(min=1), default=None, help="Entities per transaction.")
+@click.option("--workers", type=click.IntRange(min=1), default=None, help="Transactions at a time (default: 2 on Postgres).")
+@click.option("--keep", is_flag=True, help="Keep the benchmark's schema (Postgres) instead of dropping it.")
+@with_runtime
+def bench_post_command(
+    rt: Runtime, entities: int, naive_sample: int | None, batch_size: int | None, workers: int | None, keep: bool
+) -> None:
+    """Time one posting cycle over N entities, set-based and naive, in a throw-away schema; print JSON."""
+    from tally_pipeline.ledger.bench import bench_post
+    from tally_pipeline.ledger.poster import DEFAULT_BATCH_SIZE
+
+    figures = bench_post(
+        rt.config.database,
+        entities,
+        naive_sample=naive_sample,
+        batch_size=batch_size or DEFAULT_BATCH_SIZE,
+        workers=workers,
+        keep=keep,
+    )
+    _echo(figures)
+
+
+def register(main: click.Group) -> None:
+    main.add_command(post_usage_command)
+    _group(main, "ledger", "The usage ledger: postings and checkpoints.").add_command(verify_command)
+    _group(main, "usage", "Usage computed from the lifecycles.").add_command(daily_command)
+    _group(main, "bench", "Benchmarks; each prints JSON.").add_command(bench_post_command)

@@ -1,0 +1,1 @@
+"""The usage ledger: the checkpoint-delta poster, its verification, and usage per day."""

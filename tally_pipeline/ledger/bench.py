@@ -1,0 +1,185 @@
+"""``tally bench post``: how fast one posting cycle moves N entities, set-based versus naive.
+
+The benchmark builds its own tables (a throw-away schema on Postgres, a temporary file on
+DuckDB), so it never touches the data of the database it is pointed at. Every entity is an
+instance meter (three per project) or a volume meter; every interval is open, so every cycle
+has a delta for every entity. Timed: the first cycle (opens every checkpoint), a steady cycle an
+hour later (the headline figure), and the naive one-transaction-per-entity poster another hour
+later over a spread sample of the same entities.
+"""
+
+from __future__ import annotations
+
+import gc
+import json
+import tempfile
+import time
+import uuid
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+
+import psycopg
+import pyarrow as pa
+
+from tally_pipeline.core.ledger import EntityKey
+from tally_pipeline.ledger.naive import post_usage_naively
+from tally_pipeline.ledger.poster import DEFAULT_BATCH_SIZE, DEFAULT_WORKERS, post_usage
+from tally_pipeline.ledger.verify import verify
+from tally_pipeline.schemas import default_registry
+from tally_pipeline.store import Store, open_store
+from tally_pipeline.store.base import UnitOfWork
+
+BASE = datetime(2026, 1, 1, tzinfo=UTC)
+LAG = 900.0
+WINDOW_DAYS = 35
+
+_INSTANCE_SIZES = (
+    json.dumps({"flavor_name": "m1.small", "vcpus": 1, "ram_mb": 2048, "disk_gb": 20}),
+    json.dumps({"flavor_name": "m1.large", "vcpus": 4, "ram_mb": 8192, "disk_gb": 80}),
+)
+_VOLUME_SIZE = json.dumps({"gb": 100, "volume_type": "ssd"})
+
+
+def _with_search_path(url: str, schema: str) -> str:
+    parts = urlsplit(url)
+    query = [(k, v) for k, v in parse_qsl(parts.query) if k != "options"]
+    query.append(("options", f"-csearch_path={schema}"))
+    return urlunsplit(parts._replace(query=urlencode(query)))
+
+
+def _intervals(entities: int) -> tuple[list[tuple[Any, ...]], int]:
+    """Rows for resource_intervals giving ``entities`` entities; returns (rows, entities made)."""
+    rows: list[tuple[Any, ...]] = []
+    instances, volumes = divmod(entities, 3)
+    for n in range(instances):
+        project = f"p{n:07d}"
+        rid = f"vm-{n:07d}"
+        # created 40 days ago (part of it before the window), resized 10 days ago, still running
+        rows.append(("bench", "instance", rid, 1, 1, project, _INSTANCE_SIZES[0], BASE - timedelta(days=40), BASE - timedelta(days=10)))
+        rows.append(("bench", "instance", rid, 2, 1, project, _INSTANCE_SIZES[1], BASE - timedelta(days=10), None))
+    for n in range(volumes):
+        rows.append(("bench", "volume", f"vol-{n}", 1, 1, f"q{n:07d}", _VOLUME_SIZE, BASE - timedelta(days=3), None))
+    return rows, instances * 3 + volumes
+
+
+def _load(store: Store, rows: list[tuple[Any, ...]]) -> None:
+    columns = "cloud, resource_type, resource_id, interval_no, lifecycle_no, project_id, size, start_at, end_at"
+
+    def load(uow: UnitOfWork) -> None:
+        if store.dialect == "postgres":
+            with uow.cur.copy(f"COPY resource_intervals ({columns}) FROM STDIN") as copy:  # type: ignore[attr-defined]
+                for row in rows:
+                    copy.write_row(row)
+            return
+        names = columns.split(", ")
+        table = pa.table(
+            {
+                name: pa.array(
+                    [r[i] for r in rows],
+                    type=pa.timestamp("us", tz="UTC") if name in ("start_at", "end_at") else None,
+                )
+                for i, name in enumerate(names)
+            }
+        )
+        uow.con.register("_bench_intervals", table)  # type: ignore[attr-defined]
+        uow.execute(f"INSERT INTO resource_intervals ({columns}) SELECT * FROM _bench_intervals")
+        uow.con.unregister("_bench_intervals")  # type: ignore[attr-defined]
+
+    store.run(load)
+    if store.dialect == "postgres":
+        store.run(lambda uow: uow.execute("ANALYZE resource_intervals"))
+
+
+def _timed(fn: Any) -> tuple[Any, float]:
+    gc.collect()
+    started = time.perf_counter()
+    out = fn()
+    return out, time.perf_counter() - started
+
+
+def bench_post(
+    url: str,
+    entities: int,
+    *,
+    naive_sample: int | None = None,
+    batch_size: int = DEFAULT_BATCH_SIZE,
+    workers: int | None = None,
+    keep: bool = False,
+) -> dict[str, Any]:
+    """Run the benchmark against the database server ``url`` names; return the figures.
+
+    ``naive_sample`` defaults to 10,000 entities on Postgres and 200 on DuckDB, where every
+    transaction opens the file.
+    """
+    if entities < 3:
+        raise ValueError("use at least 3 entities")
+    registry = default_registry()
+    schema = None
+    tmp = None
+    if url.startswith("duckdb://"):
+        tmp = tempfile.TemporaryDirectory(prefix="tally-bench-")
+        bench_url = f"duckdb://{Path(tmp.name) / 'bench.duckdb'}"
+    else:
+        schema = f"tally_bench_{uuid.uuid4().hex[:10]}"
+        with psycopg.connect(url, autocommit=True) as conn:
+            conn.execute(f'CREATE SCHEMA "{schema}"')
+        bench_url = _with_search_path(url, schema)
+    try:
+        store = open_store(bench_url, migrate=True)
+        try:
+            return _run(store, registry, entities, naive_sample, batch_size, workers)
+        finally:
+            store.close()
+    finally:
+        if schema is not None and not keep:
+            with psycopg.connect(url, autocommit=True) as conn:
+                conn.execute(f'DROP SCHEMA "{schema}" CASCADE')
+        if tmp is not None:
+            tmp.cleanup()
+
+
+def _run(
+    store: Store, registry: Any, entities: int, naive_sample: int | None, batch_size: int, workers: int | None
+) -> dict[str, Any]:
+    if naive_sample is None:
+        naive_sample = 10_000 if store.dialect == "postgres" else 200
+    rows, made = _intervals(entities)
+    _load(store, rows)
+    settings = {"ingest_lag": LAG, "window_days": WINDOW_DAYS, "batch_size": batch_size, "workers": workers}
+
+    first, first_s = _timed(lambda: post_usage(store, registry, now=BASE, **settings))
+    steady, steady_s = _timed(lambda: post_usage(store, registry, now=BASE + timedelta(hours=1), **settings))
+    if store.dialect == "postgres":
+        store.run(lambda uow: uow.execute("ANALYZE usage_checkpoints"))
+    keys = [EntityKey(*row) for row in store.query("SELECT cloud, project_id, meter FROM usage_checkpoints ORDER BY 1, 2, 3")]
+    sample_size = max(1, min(naive_sample, len(keys)))
+    step = len(keys) / sample_size
+    sample = [keys[int(i * step)] for i in range(sample_size)]
+    naive, naive_s = _timed(
+        lambda: post_usage_naively(store, registry, sample, now=BASE + timedelta(hours=2), ingest_lag=LAG, window_days=WINDOW_DAYS)
+    )
+    check, verify_s = _timed(lambda: verify(store, registry))
+
+    rate = made / steady_s
+    naive_rate = len(sample) / naive_s
+    return {
+        "backend": store.dialect,
+        "entities": made,
+        "intervals": len(rows),
+        "batch_size": batch_size,
+        "workers": workers if workers is not None else (DEFAULT_WORKERS if store.dialect == "postgres" else 1),
+        "entities_per_s": round(rate, 1),
+        "seconds": round(steady_s, 3),
+        "entities_with_delta": len(steady.posted),
+        "postings": steady.postings,
+        "first_cycle_entities_per_s": round(made / first_s, 1),
+        "first_cycle_postings": first.postings,
+        "naive_entities_per_s": round(naive_rate, 1),
+        "naive_sample": len(sample),
+        "naive_entities_with_delta": len(naive.posted),
+        "speedup": round(rate / naive_rate, 2),
+        "verify_s": round(verify_s, 3),
+        "verify_ok": check.ok,
+    }

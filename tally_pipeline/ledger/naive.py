@@ -1,0 +1,42 @@
+"""A one-transaction-per-entity poster: the baseline the set-based poster is measured against.
+
+Same rules, same statements as ``poster.post_batch``, but each entity is its own transaction
+(make sure its checkpoint exists, lock it, sum its usage, post, advance): what a straightforward
+implementation does. The benchmark runs it on the same data; a test holds both to the same ledger.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from datetime import datetime, timedelta
+
+from tally_pipeline.core.ledger import CycleWindow, EntityKey
+from tally_pipeline.core.registry import SizeSchemaRegistry
+from tally_pipeline.ledger.poster import CycleResult, _prepare, post_batch
+from tally_pipeline.store.base import Store, UnitOfWork
+
+
+def post_usage_naively(
+    store: Store,
+    registry: SizeSchemaRegistry,
+    keys: Sequence[EntityKey],
+    *,
+    now: datetime,
+    ingest_lag: timedelta | float,
+    window_days: int,
+) -> CycleResult:
+    """Post ``keys`` one transaction each, in order."""
+    window = CycleWindow.at(now, ingest_lag=ingest_lag, window_days=window_days)
+    cycle = _prepare(store, registry, window, None, None)
+    result = CycleResult(cycle.cycle_id, window.now, window.clamp, window.window_start, entities=len(keys))
+
+    def one(uow: UnitOfWork, key: EntityKey):
+        uow.execute(
+            "INSERT INTO usage_checkpoints (cloud, project_id, meter) VALUES (%s, %s, %s) ON CONFLICT DO NOTHING",
+            [key.cloud, key.project_id, key.meter],
+        )
+        return post_batch(uow, cycle, [key])
+
+    for key in keys:
+        result.merge(store.run(lambda uow, key=key: one(uow, key)))
+    return result

@@ -1,0 +1,557 @@
+"""The checkpoint-delta poster: one cycle moves every entity's new usage into ``ledger_postings``.
+
+A cycle (``post_usage``):
+
+1. refuses a clamp earlier than any checkpoint's (``NonMonotonicCheckpoint``);
+2. opens a checkpoint row for every entity that has usage but none yet (its own short
+   transaction, ``ON CONFLICT DO NOTHING`` in key order, so racing posters never deadlock);
+3. walks the entities in key order, in batches (``workers`` at a time on Postgres); each batch
+   is one transaction of four statements whatever its size: lock the batch's checkpoints
+   (``FOR UPDATE`` in key order on Postgres), sum the batch's usage, insert the postings, advance
+   the checkpoints. The split of each delta is ``core.ledger.plan_delta``.
+
+Entity problems that are data (a size field that is not a number, a checkpoint past the clamp)
+skip that entity and are reported. Any other error in a batch is isolated by bisecting the batch
+until the failing entity is alone; it is reported and skipped. Deadlocks, serialization failures
+and lost connections are never swallowed: the store retries the whole batch or raises.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable, Collection, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import ExitStack
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from decimal import Decimal
+from typing import Any
+
+import duckdb
+import psycopg
+
+from tally_pipeline.core.ledger import (
+    ACCOUNTS,
+    Checkpoint,
+    CycleWindow,
+    EntityKey,
+    EntityTotals,
+    NonMonotonicCheckpoint,
+    needs_posting,
+    plan_delta,
+)
+from tally_pipeline.core.registry import Meter, SizeSchemaRegistry
+from tally_pipeline.core.timeutil import format_rfc3339
+from tally_pipeline.core.usage import epoch_us, to_units
+from tally_pipeline.ledger.usage_sql import EVALUATE_ONCE, Fragment, UsageSQL, compose, p
+from tally_pipeline.store.base import Store, StoreError, UnitOfWork
+
+DEFAULT_BATCH_SIZE = 5000
+DEFAULT_WORKERS = 2
+
+#: Errors that abort a cycle instead of skipping an entity: concurrency and connection trouble.
+#: (The store turns Postgres deadlocks and serialization failures into TransientConflict, a
+#: StoreError, and retries the batch; the raw driver classes are listed in case one escapes.)
+CONCURRENCY_ERRORS: tuple[type[BaseException], ...] = (
+    StoreError,
+    psycopg.errors.SerializationFailure,
+    psycopg.errors.DeadlockDetected,
+    psycopg.OperationalError,
+    duckdb.TransactionException,
+)
+
+#: ``on_stage(stage, info)`` is called at: ``cycle_start``, ``listed`` (entities listed, checkpoints
+#: opened, nothing locked), ``batch_locked`` (checkpoints locked),
+#: ``batch_posted`` (postings inserted, checkpoints not yet advanced, transaction open),
+#: ``batch_committed``. Tests use it to line processes up and to kill one mid-batch.
+StageHook = Callable[[str, dict[str, Any]], None]
+
+
+@dataclass(frozen=True, slots=True)
+class SkippedEntity:
+    cloud: str
+    project_id: str
+    meter: str
+    reason: str
+
+    @classmethod
+    def of(cls, key: EntityKey, reason: str) -> SkippedEntity:
+        return cls(key.cloud, key.project_id, key.meter, reason)
+
+
+@dataclass
+class CycleResult:
+    """What one cycle did. Amounts are micro-units; ``to_dict`` gives decimals in the meter's unit."""
+
+    cycle_id: str
+    now: datetime
+    clamp: datetime
+    window_start: datetime
+    entities: int = 0  # entities considered
+    posted: list[EntityKey] = field(default_factory=list)  # with at least one posting
+    unchanged: int = 0  # advanced with a zero delta
+    already_posted: int = 0  # checkpoint already at this clamp (a re-run)
+    skipped: list[SkippedEntity] = field(default_factory=list)
+    postings: int = 0
+    totals: dict[str, dict[str, int]] = field(default_factory=lambda: {a: {} for a in ACCOUNTS})
+
+    def total(self, account: str, meter: str | None = None) -> Decimal:
+        by_meter = self.totals.get(account, {})
+        micro = by_meter.get(meter, 0) if meter is not None else sum(by_meter.values())
+        return to_units(micro)
+
+    def merge(self, other: BatchOutcome) -> None:
+        self.posted += other.posted
+        self.unchanged += other.unchanged
+        self.already_posted += other.already_posted
+        self.skipped += other.skipped
+        self.postings += other.postings
+        for account, by_meter in other.totals.items():
+            mine = self.totals.setdefault(account, {})
+            for meter, micro in by_meter.items():
+                mine[meter] = mine.get(meter, 0) + micro
+
+    def to_dict(self, *, entities: bool = False) -> dict[str, Any]:
+        """JSON-able summary; ``entities=True`` also lists every posted entity."""
+        out: dict[str, Any] = {
+            "cycle_id": self.cycle_id,
+            "now": format_rfc3339(self.now),
+            "clamp": format_rfc3339(self.clamp),
+            "window_start": format_rfc3339(self.window_start),
+            "entities": self.entities,
+            "posted": len(self.posted),
+            "unchanged": self.unchanged,
+            "already_posted": self.already_posted,
+            "skipped": [
+                {"cloud": s.cloud, "project_id": s.project_id, "meter": s.meter, "reason": s.reason}
+                for s in self.skipped
+            ],
+            "postings": self.postings,
+            "totals": {
+                account: {meter: str(to_units(micro)) for meter, micro in sorted(by_meter.items())}
+                for account, by_meter in self.totals.items()
+            },
+        }
+        if entities:
+            out["posted_entities"] = [
+                {"cloud": k.cloud, "project_id": k.project_id, "meter": k.meter} for k in self.posted
+            ]
+        return out
+
+
+@dataclass
+class BatchOutcome:
+    posted: list[EntityKey] = field(default_factory=list)
+    unchanged: int = 0
+    already_posted: int = 0
+    skipped: list[SkippedEntity] = field(default_factory=list)
+    postings: int = 0
+    totals: dict[str, dict[str, int]] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class _Cycle:
+    """What every batch of one cycle shares."""
+
+    sql: UsageSQL
+    meters: Fragment
+    by_name: dict[str, Meter]
+    window: CycleWindow
+    cycle_id: str
+    on_stage: StageHook
+
+
+def _no_hook(stage: str, info: dict[str, Any]) -> None:
+    return None
+
+
+def post_usage(
+    store: Store,
+    registry: SizeSchemaRegistry,
+    *,
+    now: datetime,
+    ingest_lag: timedelta | float,
+    window_days: int,
+    batch_size: int = DEFAULT_BATCH_SIZE,
+    entities: Collection[EntityKey] | None = None,
+    cycle_id: str | None = None,
+    workers: int | None = None,
+    on_stage: StageHook | None = None,
+) -> CycleResult:
+    """Run one posting cycle at ``now``; ``entities`` limits it to those keys.
+
+    Raises ``NonMonotonicCheckpoint`` (nothing posted) when the clamp is earlier than a checkpoint.
+    Entities are visited in key order, ``batch_size`` per transaction, ``workers`` transactions at
+    a time (default: 2 on Postgres, whose server runs each connection on its own core; 1 on
+    DuckDB, which admits one writer).
+    """
+    if batch_size < 1:
+        raise ValueError("batch_size must be at least 1")
+    window = CycleWindow.at(now, ingest_lag=ingest_lag, window_days=window_days)
+    cycle = _prepare(store, registry, window, cycle_id, on_stage)
+    result = CycleResult(cycle.cycle_id, window.now, window.clamp, window.window_start)
+    cycle.on_stage("cycle_start", {"cycle_id": cycle.cycle_id})
+
+    listing = _entities(store, cycle)
+    cycle.on_stage("listed", {"entities": len(listing)})
+    todo: list[EntityKey] = []
+    wanted = set(entities) if entities is not None else None
+    for cloud, project_id, meter, clamp in listing:
+        key = EntityKey(cloud, project_id, meter)
+        if wanted is not None and key not in wanted:
+            continue
+        result.entities += 1
+        if meter not in cycle.by_name:
+            result.skipped.append(SkippedEntity.of(key, f"unknown_meter: {meter} is not registered"))
+            continue
+        try:
+            if not needs_posting(clamp, window, key):
+                result.already_posted += 1
+                continue
+        except NonMonotonicCheckpoint as exc:
+            result.skipped.append(SkippedEntity.of(key, f"non_monotonic_checkpoint: {exc}"))
+            continue
+        todo.append(key)
+
+    batches = [todo[start : start + batch_size] for start in range(0, len(todo), batch_size)]
+    if workers is None:
+        workers = DEFAULT_WORKERS if store.dialect == "postgres" else 1
+    for outcome in _post_batches(store, cycle, batches, workers):
+        result.merge(outcome)
+    return result
+
+
+def _post_batches(store: Store, cycle: _Cycle, batches: list[list[EntityKey]], workers: int) -> list[BatchOutcome]:
+    """Post the batches, ``workers`` at a time; outcomes in batch order.
+
+    Batches are disjoint runs of keys, so parallel ones never wait for each other's locks. On an
+    error no further batch starts; those running finish (each is its own transaction).
+    """
+    if workers <= 1 or len(batches) <= 1:
+        return [o for number, keys in enumerate(batches) for o in _run_isolating(store, cycle, keys, number)]
+    outcomes: list[BatchOutcome] = []
+    with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="tally-post") as pool:
+        futures = [pool.submit(_run_isolating, store, cycle, keys, number) for number, keys in enumerate(batches)]
+        try:
+            for future in futures:
+                outcomes += future.result()
+        except BaseException:
+            pool.shutdown(wait=True, cancel_futures=True)
+            raise
+    return outcomes
+
+
+def _prepare(
+    store: Store,
+    registry: SizeSchemaRegistry,
+    window: CycleWindow,
+    cycle_id: str | None,
+    on_stage: StageHook | None,
+) -> _Cycle:
+    meters = registry.meters()
+    sql = UsageSQL(store.dialect)
+    return _Cycle(
+        sql=sql,
+        meters=sql.meters(meters),
+        by_name={m.name: m for m in meters},
+        window=window,
+        cycle_id=cycle_id or uuid.uuid4().hex,
+        on_stage=on_stage or _no_hook,
+    )
+
+
+_LISTING = "SELECT cloud, project_id, meter, clamp FROM usage_checkpoints ORDER BY cloud, project_id, meter"
+
+
+def _entities(store: Store, cycle: _Cycle) -> list[tuple[str, str, str, datetime | None]]:
+    """Every entity with its checkpoint's clamp, in key order; new entities get a checkpoint first.
+
+    Raises NonMonotonicCheckpoint before anything is written when a checkpoint is past the clamp.
+    """
+    window = cycle.window
+    listing = store.query(_LISTING)
+    latest = max((row[3] for row in listing if row[3] is not None), default=None)
+    if latest is not None and latest > window.clamp:
+        raise NonMonotonicCheckpoint(window.clamp, latest)
+    by_type: dict[str, list[str]] = {}
+    for meter in cycle.by_name.values():
+        by_type.setdefault(meter.resource_type, []).append(meter.name)
+    known = {(cloud, project_id, meter) for cloud, project_id, meter, _ in listing}
+    seen = store.query(
+        "SELECT DISTINCT cloud, project_id, resource_type FROM resource_intervals WHERE start_at < %s",
+        [window.clamp],
+    )
+    missing = sorted(
+        {(cloud, project_id, meter) for cloud, project_id, rtype in seen for meter in by_type.get(rtype, ())} - known
+    )
+    if missing:
+        store.run(lambda uow: open_checkpoints(uow, cycle.sql, [EntityKey(*key) for key in missing]))
+        if len(missing) >= max(1000, len(listing) // 10):
+            # the batches plan their joins on the table's statistics; a table that just grew a lot
+            # (the first cycle of all) has none worth the name, and Postgres would pick nested loops
+            store.run(cycle.sql.refresh_statistics)
+        listing = store.query(_LISTING)
+    return listing
+
+
+def open_checkpoints(uow: UnitOfWork, sql: UsageSQL, keys: Sequence[EntityKey]) -> None:
+    """Give entities a checkpoint row (total 0, never posted); rows that exist are left alone.
+
+    Inserted in key order so that posters opening the same entities at once wait for each other
+    in the same order and never deadlock.
+    """
+    with ExitStack() as stack:
+        statement = compose(
+            "INSERT INTO usage_checkpoints (cloud, project_id, meter) SELECT k.cloud, k.project_id, k.meter FROM ",
+            _keys_relation(uow, stack, sql, keys),
+            " ORDER BY 1, 2, 3 ON CONFLICT DO NOTHING",
+        )
+        uow.execute(statement.sql, statement.params)
+
+
+def _run_isolating(store: Store, cycle: _Cycle, keys: list[EntityKey], number: int) -> list[BatchOutcome]:
+    """Post a batch; on an error that is not about concurrency, bisect to skip only the failing entity."""
+    try:
+        outcome = store.run(lambda uow: post_batch(uow, cycle, keys, number))
+    except CONCURRENCY_ERRORS:
+        raise
+    except Exception as exc:  # noqa: BLE001 - isolated below, reported per entity
+        if len(keys) == 1:
+            first_line = (str(exc).strip().splitlines() or [""])[0]
+            reason = f"error: {type(exc).__name__}: {first_line}"
+            return [BatchOutcome(skipped=[SkippedEntity.of(keys[0], reason)])]
+        middle = len(keys) // 2
+        return _run_isolating(store, cycle, keys[:middle], number) + _run_isolating(
+            store, cycle, keys[middle:], number
+        )
+    cycle.on_stage("batch_committed", {"batch": number, "entities": len(keys)})
+    return [outcome]
+
+
+def post_batch(uow: UnitOfWork, cycle: _Cycle, keys: Sequence[EntityKey], number: int = 0) -> BatchOutcome:
+    """Post one batch of entities (a run of the listing, in key order) inside the caller's transaction."""
+    window, sql = cycle.window, cycle.sql
+    outcome = BatchOutcome()
+    with ExitStack() as stack:
+        sql.plan_per_batch(uow)
+        checkpoints = _lock(uow, sql, keys)
+        cycle.on_stage("batch_locked", {"batch": number, "entities": len(keys)})
+
+        pending: list[tuple[EntityKey, Checkpoint]] = []
+        for key in keys:
+            checkpoint = checkpoints.get(key)
+            if checkpoint is None:
+                outcome.skipped.append(SkippedEntity.of(key, "no_checkpoint: the checkpoint row vanished"))
+                continue
+            try:
+                if needs_posting(checkpoint.clamp, window, key):
+                    pending.append((key, checkpoint))
+                else:
+                    outcome.already_posted += 1
+            except NonMonotonicCheckpoint as exc:
+                outcome.skipped.append(SkippedEntity.of(key, f"non_monotonic_checkpoint: {exc}"))
+
+        totals, bad = _totals(uow, cycle, keys) if pending else ({}, {})
+
+        postings: list[tuple[EntityKey, str, int]] = []
+        advanced: list[tuple[EntityKey, Checkpoint]] = []
+        zero = EntityTotals(0, 0, 0)
+        for key, checkpoint in pending:
+            if key in bad:
+                outcome.skipped.append(SkippedEntity.of(key, f"bad_size: {bad[key]}"))
+                continue
+            delta = plan_delta(checkpoint, totals.get(key, zero), window, key)
+            if delta is None:  # not reached: needs_posting held under the lock
+                outcome.already_posted += 1
+                continue
+            advanced.append((key, delta.checkpoint))
+            amounts = delta.amounts()
+            if not amounts:
+                outcome.unchanged += 1
+                continue
+            outcome.posted.append(key)
+            for account, amount in amounts:
+                postings.append((key, account, amount))
+                by_meter = outcome.totals.setdefault(account, {})
+                by_meter[key.meter] = by_meter.get(key.meter, 0) + amount
+        outcome.postings = len(postings)
+
+        if postings:
+            _insert_postings(uow, stack, cycle, postings)
+        cycle.on_stage("batch_posted", {"batch": number, "entities": len(keys), "postings": len(postings)})
+        if advanced:
+            _advance(uow, stack, cycle, advanced)
+    return outcome
+
+
+def _keys_relation(uow: UnitOfWork, stack: ExitStack, sql: UsageSQL, keys: Sequence[EntityKey]) -> Fragment:
+    return sql.rows(
+        uow,
+        stack,
+        "k",
+        [("cloud", "text"), ("project_id", "text"), ("meter", "text")],
+        [[k.cloud for k in keys], [k.project_id for k in keys], [k.meter for k in keys]],
+    )
+
+
+def _range(sql: UsageSQL, keys: Sequence[EntityKey], *, exact: bool = True) -> Fragment:
+    """The batch as a run of checkpoint keys: a batch is a slice of the listing in key order."""
+    first, last = keys[0], keys[-1]
+    return sql.key_range(
+        (first.cloud, first.project_id, first.meter), (last.cloud, last.project_id, last.meter), exact=exact
+    )
+
+
+def _lock(uow: UnitOfWork, sql: UsageSQL, keys: Sequence[EntityKey]) -> dict[tuple[str, str, str], Checkpoint]:
+    """Read the checkpoints in the batch's key range; on Postgres row-lock them, in key order.
+
+    The range may hold entities that are not in the batch (opened since the listing, or filtered
+    out); they are locked and left alone.
+    """
+    statement = compose(
+        "SELECT c.cloud, c.project_id, c.meter, ",
+        sql.amount_to_micro("c.total"),
+        ", c.clamp, c.aged_boundary, ",
+        sql.amount_to_micro("c.aged_before"),
+        " FROM usage_checkpoints c WHERE TRUE",
+        _range(sql, keys),
+        " ORDER BY c.cloud, c.project_id, c.meter ",
+        sql.lock_rows(),
+    )
+    # keyed by plain (cloud, project_id, meter) tuples: an EntityKey is a tuple, so it finds them
+    return {
+        (cloud, project_id, meter): Checkpoint(int(total), clamp, boundary, int(before))
+        for cloud, project_id, meter, total, clamp, boundary, before in uow.fetchall(statement.sql, statement.params)
+    }
+
+
+def _totals(
+    uow: UnitOfWork, cycle: _Cycle, keys: Sequence[EntityKey]
+) -> tuple[dict[tuple[str, str, str], EntityTotals], dict[tuple[str, str, str], str]]:
+    """Per entity in the batch's range: usage through the clamp, its split boundary, the new boundary.
+
+    The split boundary is ``core.ledger.split_boundary`` in SQL: the checkpoint's aged_boundary,
+    or this cycle's for a checkpoint never posted. Entities with no interval begun before the
+    clamp get no row (their totals are zero); entities with an unusable size are returned apart.
+    """
+    sql, window = cycle.sql, cycle.window
+    boundary_us = epoch_us(window.boundary)
+    statement = compose(
+        "SELECT x.cloud, x.project_id, x.meter, sum(",
+        sql.usage("x.xc"),
+        "), sum(",
+        sql.usage("x.b"),
+        "), sum(",
+        sql.usage("x.xb"),
+        "), count(*) - count(x.v), min(CASE WHEN x.v IS NULL THEN ",
+        sql.bad_value(),
+        " END) FROM (SELECT c.cloud, c.project_id, c.meter, coalesce(",
+        sql.us("c.aged_boundary"),
+        ", ",
+        sql.bigint(boundary_us),
+        ") AS b, ",
+        sql.bigint(epoch_us(window.clamp)),
+        " AS xc, ",
+        sql.bigint(boundary_us),
+        " AS xb, ",
+        sql.interval_columns(),
+        " FROM usage_checkpoints c JOIN ",
+        cycle.meters,
+        " ON m.meter = c.meter JOIN resource_intervals i ON i.cloud = c.cloud"
+        " AND i.project_id = c.project_id AND i.resource_type = m.resource_type WHERE i.start_at < ",
+        p(window.clamp),
+        _range(sql, keys, exact=False),
+        # the same run of keys on the intervals' (cloud, project_id) index: a range scan of the
+        # batch's projects, not a scan of every interval per batch
+        sql.key_range(
+            (keys[0].cloud, keys[0].project_id), (keys[-1].cloud, keys[-1].project_id), "i",
+            exact=False, columns=("cloud", "project_id"),
+        ),
+        EVALUATE_ONCE,
+        ") x GROUP BY x.cloud, x.project_id, x.meter",
+    )
+    totals: dict[tuple[str, str, str], EntityTotals] = {}
+    bad: dict[tuple[str, str, str], str] = {}
+    for cloud, project_id, meter, at_clamp, at_split, at_boundary, n_bad, example in uow.fetchall(
+        statement.sql, statement.params
+    ):
+        key = (cloud, project_id, meter)  # finds, and is found by, an equal EntityKey
+        if n_bad:
+            bad[key] = str(example)
+        else:
+            totals[key] = EntityTotals(int(at_clamp), int(at_split), int(at_boundary))
+    return totals, bad
+
+
+def _insert_postings(
+    uow: UnitOfWork, stack: ExitStack, cycle: _Cycle, postings: Sequence[tuple[EntityKey, str, int]]
+) -> None:
+    sql = cycle.sql
+    rows = sql.rows(
+        uow,
+        stack,
+        "r",
+        [("cloud", "text"), ("project_id", "text"), ("meter", "text"), ("account", "text"), ("amount", "micro")],
+        [
+            [k.cloud for k, _, _ in postings],
+            [k.project_id for k, _, _ in postings],
+            [k.meter for k, _, _ in postings],
+            [account for _, account, _ in postings],
+            [str(amount) for _, _, amount in postings],
+        ],
+    )
+    statement = compose(
+        "INSERT INTO ledger_postings (cloud, project_id, meter, clamp, account, amount, unit, window_start,"
+        " cycle_id, posted_at) SELECT r.cloud, r.project_id, r.meter, ",
+        p(cycle.window.clamp),
+        ", r.account, ",
+        sql.micro_to_amount("r.amount"),
+        ", m.unit, ",
+        p(cycle.window.window_start),
+        ", ",
+        p(cycle.cycle_id),
+        ", ",
+        p(datetime.now(UTC)),
+        " FROM ",
+        rows,
+        " JOIN ",
+        cycle.meters,
+        " ON m.meter = r.meter",
+    )
+    uow.execute(statement.sql, statement.params)
+
+
+def _advance(uow: UnitOfWork, stack: ExitStack, cycle: _Cycle, advanced: Sequence[tuple[EntityKey, Checkpoint]]) -> None:
+    sql = cycle.sql
+    rows = sql.rows(
+        uow,
+        stack,
+        "r",
+        [("cloud", "text"), ("project_id", "text"), ("meter", "text"), ("total", "micro"), ("aged_before", "micro")],
+        [
+            [k.cloud for k, _ in advanced],
+            [k.project_id for k, _ in advanced],
+            [k.meter for k, _ in advanced],
+            [str(c.total) for _, c in advanced],
+            [str(c.aged_before) for _, c in advanced],
+        ],
+    )
+    statement = compose(
+        "UPDATE usage_checkpoints AS c SET total = ",
+        sql.micro_to_amount("r.total"),
+        ", clamp = ",
+        p(cycle.window.clamp),
+        ", aged_boundary = ",
+        p(cycle.window.boundary),
+        ", aged_before = ",
+        sql.micro_to_amount("r.aged_before"),
+        ", cycle_id = ",
+        p(cycle.cycle_id),
+        ", updated_at = ",
+        p(datetime.now(UTC)),
+        " FROM ",
+        rows,
+        " WHERE c.cloud = r.cloud AND c.project_id = r.project_id AND c.meter = r.meter",
+        _range(sql, [key for key, _ in advanced], exact=False),
+    )
+    uow.execute(statement.sql, statement.params)

@@ -1,0 +1,153 @@
+"""Ledger verification: for every entity, do its postings add up to its usage through its checkpoint?
+
+One statement (one snapshot, so a poster running meanwhile cannot make it see half a batch)
+recomputes each checkpointed entity's cumulative usage through the checkpoint's clamp from
+``resource_intervals`` and sums its postings over both accounts. Only disagreeing entities come
+back to Python. Cheap enough to run after every posting cycle (the Dagster asset check).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime
+from decimal import Decimal
+from typing import Any, Literal
+
+from tally_pipeline.core.registry import SizeSchemaRegistry
+from tally_pipeline.core.timeutil import format_rfc3339
+from tally_pipeline.core.usage import to_micro, to_units
+from tally_pipeline.ledger.usage_sql import EVALUATE_ONCE, UsageSQL, compose
+from tally_pipeline.store.base import Store, UnitOfWork
+
+Kind = Literal["orphan_postings", "ledger_mismatch", "unknown_meter", "unreadable_usage", "history_changed"]
+
+#: Kinds that mean the ledger itself is inconsistent, whatever happened to history since.
+LEDGER_KINDS: frozenset[str] = frozenset({"orphan_postings", "ledger_mismatch"})
+
+
+@dataclass(frozen=True, slots=True)
+class Discrepancy:
+    """One entity whose postings do not match. Amounts in the meter's unit."""
+
+    cloud: str
+    project_id: str
+    meter: str
+    kind: Kind
+    clamp: datetime | None
+    posted: Decimal
+    checkpoint_total: Decimal | None
+    recomputed: Decimal | None
+    detail: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "cloud": self.cloud,
+            "project_id": self.project_id,
+            "meter": self.meter,
+            "kind": self.kind,
+            "clamp": format_rfc3339(self.clamp) if self.clamp else None,
+            "posted": str(self.posted),
+            "checkpoint_total": None if self.checkpoint_total is None else str(self.checkpoint_total),
+            "recomputed": None if self.recomputed is None else str(self.recomputed),
+            "detail": self.detail,
+        }
+
+
+@dataclass
+class Verification:
+    entities: int  # checkpoints that have been posted at least once
+    discrepancies: list[Discrepancy] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return not self.discrepancies
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "ok": self.ok,
+            "entities": self.entities,
+            "discrepancies": [d.to_dict() for d in self.discrepancies],
+        }
+
+
+def verify(store: Store, registry: SizeSchemaRegistry | None = None, *, include_history: bool = True) -> Verification:
+    """Compare every entity's postings with its usage recomputed through its checkpoint's clamp.
+
+    ``include_history=False`` reports only inconsistencies of the ledger itself (postings that do
+    not sum to their checkpoint, postings without one), not history that changed after a cycle.
+    """
+    if registry is None:
+        from tally_pipeline.schemas import default_registry
+
+        registry = default_registry()
+    return store.run(lambda uow: _verify(uow, store, registry, include_history))
+
+
+def _verify(uow: UnitOfWork, store: Store, registry: SizeSchemaRegistry, include_history: bool) -> Verification:
+    sql = UsageSQL(store.dialect)
+    meters = registry.meters()
+    known = {m.name for m in meters}
+    statement = compose(
+        "WITH recomputed AS (SELECT x.cloud, x.project_id, x.meter, sum(",
+        sql.usage("x.t"),
+        ") AS micro, count(*) - count(x.v) AS n_bad, min(CASE WHEN x.v IS NULL THEN ",
+        sql.bad_value(),
+        " END) AS example FROM (SELECT c.cloud, c.project_id, c.meter, ",
+        sql.us("c.clamp"),
+        " AS t, ",
+        sql.interval_columns(),
+        " FROM usage_checkpoints c JOIN ",
+        sql.meters(meters),
+        " ON m.meter = c.meter JOIN resource_intervals i ON i.cloud = c.cloud"
+        " AND i.project_id = c.project_id AND i.resource_type = m.resource_type AND i.start_at < c.clamp"
+        " WHERE c.clamp IS NOT NULL",
+        EVALUATE_ONCE,
+        ") x GROUP BY x.cloud, x.project_id, x.meter),"
+        " posted AS (SELECT cloud, project_id, meter, sum(amount) AS amount"
+        " FROM ledger_postings GROUP BY cloud, project_id, meter)"
+        " SELECT coalesce(c.cloud, p.cloud), coalesce(c.project_id, p.project_id), coalesce(c.meter, p.meter),"
+        " c.cloud IS NOT NULL, c.clamp, c.total, p.amount, r.micro, r.n_bad, r.example"
+        " FROM usage_checkpoints c"
+        " FULL JOIN posted p ON p.cloud = c.cloud AND p.project_id = c.project_id AND p.meter = c.meter"
+        " LEFT JOIN recomputed r ON r.cloud = c.cloud AND r.project_id = c.project_id AND r.meter = c.meter"
+        " WHERE c.cloud IS NULL OR coalesce(p.amount, 0) <> c.total"
+        " OR (c.clamp IS NOT NULL AND (coalesce(r.n_bad, 0) > 0 OR coalesce(r.micro, 0) <> ",
+        sql.amount_to_micro("c.total"),
+        ")) ORDER BY 1, 2, 3",
+    )
+    rows = uow.fetchall(statement.sql, statement.params)
+    checked = uow.fetchall("SELECT count(*) FROM usage_checkpoints WHERE clamp IS NOT NULL")[0][0]
+
+    found: list[Discrepancy] = []
+    for cloud, project_id, meter, has_checkpoint, clamp, total, amount, micro, n_bad, example in rows:
+        posted = to_micro(amount) if amount is not None else 0
+        checkpoint_total = to_micro(total) if total is not None else None
+        recomputed = int(micro) if micro is not None else 0
+        kind: Kind
+        if not has_checkpoint:
+            kind, detail = "orphan_postings", "postings exist for an entity without a checkpoint"
+        elif posted != checkpoint_total:
+            kind, detail = "ledger_mismatch", "the postings do not sum to the checkpoint's total"
+        elif meter not in known:
+            kind, detail = "unknown_meter", f"{meter} is not registered; usage cannot be recomputed"
+        elif n_bad:
+            kind, detail = "unreadable_usage", f"{example}"
+        else:
+            kind = "history_changed"
+            detail = "usage through the clamp changed after the cycle; the next cycle posts the difference"
+        if not include_history and kind not in LEDGER_KINDS:
+            continue
+        found.append(
+            Discrepancy(
+                cloud,
+                project_id,
+                meter,
+                kind,
+                clamp,
+                to_units(posted),
+                None if checkpoint_total is None else to_units(checkpoint_total),
+                None if (not has_checkpoint or clamp is None or n_bad or meter not in known) else to_units(recomputed),
+                detail,
+            )
+        )
+    return Verification(int(checked), found)

@@ -1,0 +1,101 @@
+"""The ledger commands end to end, and the naive poster the benchmark compares against."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from click.testing import CliRunner
+
+from tally_pipeline.cli import main
+from tally_pipeline.core.ledger import EntityKey
+from tally_pipeline.ledger.naive import post_usage_naively
+from tally_pipeline.ledger.poster import post_usage
+from tally_pipeline.store import open_store
+from tally_pipeline_tests.ledger_data import DAY, T0, Row, insert, postings, vm
+
+
+@pytest.fixture
+def config(tmp_path, store_url):
+    """A config file with the ledger settings, over a migrated store holding two servers."""
+    store = open_store(store_url, migrate=True)
+    insert(store, Row("p1", "vm-1", T0 - DAY, None, vm(vcpus=2)), Row("p2", "vm-2", T0 - 40 * DAY, T0 - 30 * DAY, vm()))
+    store.close()
+    path = tmp_path / "tally.yaml"
+    path.write_text(f"database: {store_url}\nledger: {{ingest_lag: 3600, window_days: 35}}\n")
+    return str(path)
+
+
+def run(*args: str):
+    return CliRunner().invoke(main, list(args), catch_exceptions=False)
+
+
+def test_post_usage_verify_and_daily_from_the_command_line(config) -> None:
+    posted = run("post-usage", "--config", config, "--now", "2026-03-01T00:00:00Z")
+    assert posted.exit_code == 0, posted.output
+    out = json.loads(posted.output)
+    assert out["clamp"] == "2026-02-28T23:00:00Z"  # the config's one-hour lag
+    assert out["posted"] == 6 and out["skipped"] == []
+    assert out["totals"]["usage"]["vcpu_hours"] == "286.000000"  # vm-1: 2 vCPUs × 23 h; vm-2: 2 × 5 days in the window
+    assert out["totals"]["aged_out"]["vcpu_hours"] == "240.000000"  # vm-2: 2 × 5 days before the window
+
+    again = json.loads(run("post-usage", "--config", config, "--now", "2026-03-01T00:00:00Z").output)
+    assert again["posted"] == 0 and again["already_posted"] == 6
+
+    verified = run("ledger", "verify", "--config", config)
+    assert verified.exit_code == 0 and json.loads(verified.output)["ok"] is True
+
+    daily = run("usage", "daily", "--config", config, "--day", "2026-02-28", "--through", "2026-03-01T00:00:00Z")
+    assert daily.exit_code == 0, daily.output
+    assert json.loads(daily.output)["rows"] == 3
+
+    earlier = run("post-usage", "--config", config, "--now", "2026-02-28T00:00:00Z")
+    assert earlier.exit_code == 1 and "never moves backwards" in earlier.output
+
+
+def test_verify_exits_non_zero_on_a_discrepancy(config, store_url) -> None:
+    assert run("post-usage", "--config", config, "--now", "2026-03-01T00:00:00Z").exit_code == 0
+    store = open_store(store_url)
+    store.run(lambda uow: uow.execute("UPDATE ledger_postings SET amount = amount * 2 WHERE project_id = 'p1'"))
+    store.close()
+    verified = run("ledger", "verify", "--config", config, "--ledger-only")
+    assert verified.exit_code == 1
+    assert {d["kind"] for d in json.loads(verified.output)["discrepancies"]} == {"ledger_mismatch"}
+
+
+def test_post_usage_exits_non_zero_when_an_entity_is_skipped(config, store_url) -> None:
+    store = open_store(store_url)
+    insert(store, Row("p3", "vm-3", T0 - DAY, None, vm(vcpus="four")))
+    store.close()
+    result = run("post-usage", "--config", config, "--now", "2026-03-01T00:00:00Z")
+    assert result.exit_code == 1
+    assert [s["project_id"] for s in json.loads(result.output)["skipped"]] == ["p3"]
+
+
+def test_daily_wants_a_day_or_a_range(config) -> None:
+    assert run("usage", "daily", "--config", config).exit_code == 2
+    assert run("usage", "daily", "--config", config, "--day", "2026-03-01", "--from", "2026-03-01").exit_code == 2
+
+
+def test_bench_post_prints_the_figures(store_url) -> None:
+    result = run("bench", "post", "--database", store_url, "--entities", "30", "--naive-sample", "6")
+    assert result.exit_code == 0, result.output
+    figures = json.loads(result.output)
+    assert figures["entities"] == 30 and figures["entities_with_delta"] == 30 and figures["naive_sample"] == 6
+    assert figures["naive_entities_with_delta"] == 6 and figures["verify_ok"] is True
+    assert {"entities_per_s", "naive_entities_per_s", "speedup"} <= set(figures)
+    if store_url.startswith("postgresql"):  # the benchmark's schema is gone
+        store = open_store(store_url)
+        assert store.query("SELECT count(*) FROM information_schema.schemata WHERE schema_name LIKE 'tally_bench_%'") == [(0,)]
+        store.close()
+
+
+def test_the_naive_poster_posts_exactly_what_the_set_based_one_does(registry) -> None:
+    rows = [Row(f"p{n}", f"vm-{n}", T0 - (n + 1) * DAY * 9, None if n % 2 else T0 - DAY, vm(vcpus=n)) for n in range(8)]
+    stores = [open_store("duckdb://:memory:") for _ in range(2)]
+    for store in stores:
+        insert(store, *rows)
+    post_usage(stores[0], registry, now=T0, ingest_lag=900, window_days=35, batch_size=5)
+    keys = sorted(EntityKey("c1", f"p{n}", m.name) for n in range(8) for m in registry["instance"].meters)
+    post_usage_naively(stores[1], registry, keys, now=T0, ingest_lag=900, window_days=35)
+    assert postings(stores[0]) == postings(stores[1]) and len(postings(stores[0])) > 8

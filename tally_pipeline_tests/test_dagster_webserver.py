@@ -6,7 +6,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import httpx
@@ -56,27 +55,25 @@ def test_webserver_serves_the_asset_graph_schedules_and_sensors(tmp_path) -> Non
         [sys.executable, "-m", "dagster_webserver", "-w", str(ROOT / "workspace.yaml"), "-h", "127.0.0.1", "-p", str(port)],
         cwd=ROOT, env=env, start_new_session=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
     )
+    output: list[str] = []
     try:
-        data = None
-        deadline = time.monotonic() + 120
-        while time.monotonic() < deadline:  # an external server starting up: poll until it answers
-            assert proc.poll() is None, proc.stdout.read().decode()
-            try:
-                response = httpx.post(f"http://127.0.0.1:{port}/graphql", json={"query": QUERY}, timeout=10)
-                if response.status_code == 200 and response.json()["data"]["repositoriesOrError"].get("nodes"):
-                    data = response.json()["data"]
-                    break
-            except httpx.HTTPError:
-                pass
-            time.sleep(0.5)
-        assert data is not None, "webserver did not serve the code location in time"
+        # Block on the server's own output until it says it serves (no polling, no sleeping).
+        for line in proc.stdout:
+            output.append(line.decode(errors="replace"))
+            if "Serving dagster-webserver" in output[-1]:
+                break
+        else:
+            pytest.fail("webserver exited: " + "".join(output)[-2000:])
+        with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=120) as http:
+            data = http.post("/graphql", json={"query": QUERY}).json()["data"]
     finally:
         os.killpg(proc.pid, signal.SIGTERM)
         try:
-            output = proc.communicate(timeout=30)[0].decode()
+            output.append(proc.communicate(timeout=30)[0].decode(errors="replace"))
         except subprocess.TimeoutExpired:
             os.killpg(proc.pid, signal.SIGKILL)
-            output = proc.communicate()[0].decode()
+            output.append(proc.communicate()[0].decode(errors="replace"))
+    output = "".join(output)
     [entry] = data["workspaceOrError"]["locationEntries"]
     assert entry["name"] == "tally_pipeline" and entry["locationOrLoadError"]["__typename"] == "RepositoryLocation"
     [repo] = data["repositoriesOrError"]["nodes"]

@@ -44,6 +44,16 @@ def with_runtime(command: Callable[..., Any]) -> Callable[..., Any]:
     return wrapper
 
 
+def group_of(parent: click.Group, name: str, help_text: str) -> click.Group:
+    """The sub-group ``name`` of ``parent``, created by whichever area registers first."""
+    existing = parent.commands.get(name)
+    if isinstance(existing, click.Group):
+        return existing
+    group = click.Group(name, help=help_text)
+    parent.add_command(group)
+    return group
+
+
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(package_name="tally-pipeline")
 def main() -> None:

@@ -13,14 +13,12 @@ ledger of each is compared with the simulator's ground truth, per meter, through
 
 from __future__ import annotations
 
-import shutil
 import tempfile
 import time
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import date, datetime, timedelta
-from decimal import Decimal
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -33,7 +31,6 @@ from tally_pipeline.core.usage import Interval, cumulative_usage_micro, to_units
 from tally_pipeline.defs.reconciliation import follow_up_requests, reconciliation_requests
 from tally_pipeline.defs.resources import Ledger, TallyStore
 from tally_pipeline.defs.tags import NOW
-from tally_pipeline.ingest import Ingestor
 from tally_pipeline.runtime import Runtime
 from tally_pipeline.sim import DeliverySpec, Simulation, SimulationSpec, simulate
 
@@ -323,14 +320,3 @@ def _relative(value: int, truth: int) -> float:
         return 0.0 if value == 0 else 1.0
     return round(abs(value - truth) / truth, 6)
 
-
-def cleanup(directory: Path) -> None:
-    shutil.rmtree(directory, ignore_errors=True)
-
-
-def days_of(start: datetime, end: datetime) -> list[date]:
-    return [(start + timedelta(days=d)).date() for d in range((end - start).days + 1)]
-
-
-def exact(micro: int) -> Decimal:
-    return to_units(micro)

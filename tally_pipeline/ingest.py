@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Literal
 
@@ -56,7 +56,6 @@ class BatchOutcome:
     stored: int = 0
     duplicates: int = 0
     rejected: int = 0
-    stored_records: list[EventRecord] = field(default_factory=list, repr=False)
 
     def as_json(self) -> dict[str, Any]:
         return {
@@ -229,7 +228,6 @@ class Ingestor:
             conflict = winners.get(record.event_id, record.content_hash) != record.content_hash
             if index == first_seen[record.event_id] and record.event_id in inserted:
                 results[index] = ItemOutcome(index, record.event_id, "stored", record.cloud)
-                outcome.stored_records.append(record)
             else:
                 results[index] = ItemOutcome(index, record.event_id, "duplicate", record.cloud, conflict=conflict)
         outcome.results = [r for r in results if r is not None]

@@ -19,7 +19,7 @@ from typing import Any
 import orjson
 
 from tally_pipeline.core.fold import FoldEvent, Folded, fold
-from tally_pipeline.store.base import Store, UnitOfWork
+from tally_pipeline.store.base import Store
 
 PROJECTION_LOCK = 0x7A11_0003  # Postgres: one refresh at a time
 PYTHON_FOLD_MAX = 20_000  # DuckDB: refreshes touching at most this many resources fold in Python
@@ -183,10 +183,10 @@ def _refresh_postgres(uow: Any, high: int, *, full: bool) -> tuple[int, int]:
             f"SELECT DISTINCT {KEY} FROM events WHERE seq > %s AND seq <= %s",
             (watermark, high),
         )
-        cur.execute(f"DELETE FROM resource_intervals USING _touched t WHERE "
+        cur.execute("DELETE FROM resource_intervals USING _touched t WHERE "
                     "(resource_intervals.cloud, resource_intervals.resource_type, resource_intervals.resource_id) "
                     "= (t.cloud, t.resource_type, t.resource_id)")
-        cur.execute(f"DELETE FROM current_resources USING _touched t WHERE "
+        cur.execute("DELETE FROM current_resources USING _touched t WHERE "
                     "(current_resources.cloud, current_resources.resource_type, current_resources.resource_id) "
                     "= (t.cloud, t.resource_type, t.resource_id)")
     folded = _fold_postgres(uow)
@@ -254,24 +254,9 @@ def _interval_rows(key: tuple[str, str, str], result: Folded) -> Iterator[tuple]
 
 
 def _copy_rows(out_states: Any, out_intervals: Any, states: list[tuple], intervals: list[tuple]) -> None:
-    if states:
-        with out_states.copy(
-            f"COPY current_resources ({', '.join(STATE_COLUMNS)}) FROM STDIN"
-        ) as copy:
-            for row in states:
-                copy.write_row(row)
-    if intervals:
-        with out_intervals.copy(
-            f"COPY resource_intervals ({', '.join(INTERVAL_COLUMNS)}) FROM STDIN"
-        ) as copy:
-            for row in intervals:
-                copy.write_row(row)
-
-
-def refreshed(store: Store) -> Store:
-    """Read-your-writes: fold anything pending, then hand back the store for a query."""
-    refresh(store)
-    return store
-
-
-__all__ = ["RefreshResult", "pending", "rebuild", "refresh", "refreshed", "UnitOfWork"]
+    for cursor, table, columns, rows in ((out_states, "current_resources", STATE_COLUMNS, states),
+                                         (out_intervals, "resource_intervals", INTERVAL_COLUMNS, intervals)):
+        if rows:
+            with cursor.copy(f"COPY {table} ({', '.join(columns)}) FROM STDIN") as copy:
+                for row in rows:
+                    copy.write_row(row)

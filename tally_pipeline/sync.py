@@ -8,7 +8,6 @@ expires) and a second run is refused with ``SyncInProgress`` (the API answers 40
 from __future__ import annotations
 
 import gc
-import time
 import uuid
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
@@ -282,6 +281,3 @@ def sync_runs(store: Store, *, cloud: str | None = None, limit: int = 20) -> lis
         out.append(item)
     return out
 
-
-def elapsed_since(start: float) -> float:
-    return time.perf_counter() - start

@@ -24,7 +24,6 @@ import orjson
 
 from tally_pipeline.bench.common import api_process, peak_rss_mb, timer
 from tally_pipeline.core.envelope import EventRecord, validate_event
-from tally_pipeline.ingest import Ingestor
 from tally_pipeline.runtime import Runtime
 
 _FLAVORS = [

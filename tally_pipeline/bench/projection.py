@@ -36,7 +36,6 @@ _COLUMNS = ["event_id", "event_type", "verb", "cloud", "resource_type", "resourc
 def synthetic_table(events: int, resources: int, *, run: str, seed: int, chunk: int) -> pa.Table:
     """One chunk of ``chunk`` events (index ``seed``) of the synthetic history, as Arrow columns."""
     per = max(2, events // resources)
-    rng = np.random.default_rng(seed)
     index = np.arange(chunk * seed, min(events, chunk * (seed + 1)))
     r = index // per
     k = index % per

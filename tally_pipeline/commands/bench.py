@@ -6,21 +6,13 @@ import json
 
 import click
 
-from tally_pipeline.cli import with_runtime
+from tally_pipeline.cli import group_of, with_runtime
 from tally_pipeline.runtime import Runtime
 
 
 def bench_group(main: click.Group) -> click.Group:
     """The ``bench`` group, created by whichever area registers first."""
-    group = main.commands.get("bench")
-    if group is None:
-        @main.group("bench")
-        def bench() -> None:
-            """Benchmarks: each prints its measurements as JSON."""
-
-        group = bench
-    assert isinstance(group, click.Group)
-    return group
+    return group_of(main, "bench", "Benchmarks: each prints its measurements as JSON.")
 
 
 @click.command("ingest")

@@ -8,7 +8,7 @@ from typing import Any
 
 import click
 
-from tally_pipeline.cli import with_runtime
+from tally_pipeline.cli import group_of, with_runtime
 from tally_pipeline.core.ledger import NonMonotonicCheckpoint
 from tally_pipeline.core.timeutil import TimestampError, parse_rfc3339
 from tally_pipeline.runtime import Runtime
@@ -39,16 +39,6 @@ class _Day(click.ParamType):
 
 
 INSTANT, DAY = _Instant(), _Day()
-
-
-def _group(main: click.Group, name: str, help_text: str) -> click.Group:
-    """The group ``name`` of ``main``, created if no other area made it first."""
-    existing = main.commands.get(name)
-    if isinstance(existing, click.Group):
-        return existing
-    group = click.Group(name, help=help_text)
-    main.add_command(group)
-    return group
 
 
 def _echo(data: Any) -> None:
@@ -147,6 +137,8 @@ def bench_post_command(
 
 def register(main: click.Group) -> None:
     main.add_command(post_usage_command)
-    _group(main, "ledger", "The usage ledger: postings and checkpoints.").add_command(verify_command)
-    _group(main, "usage", "Usage computed from the lifecycles.").add_command(daily_command)
-    _group(main, "bench", "Benchmarks; each prints JSON.").add_command(bench_post_command)
+    from tally_pipeline.commands.bench import bench_group
+
+    group_of(main, "ledger", "The usage ledger: postings and checkpoints.").add_command(verify_command)
+    group_of(main, "usage", "Usage computed from the lifecycles.").add_command(daily_command)
+    bench_group(main).add_command(bench_post_command)

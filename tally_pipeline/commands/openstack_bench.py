@@ -121,15 +121,9 @@ def bench_openstack(servers: tuple[int, ...], page_size: int) -> None:
 
 
 def register(main: click.Group) -> None:
-    group = main.commands.get("bench")
-    if group is None:
-        @main.group("bench")
-        def bench() -> None:
-            """Benchmarks: each prints its measurements as JSON."""
+    from tally_pipeline.commands.bench import bench_group
 
-        group = bench
-    assert isinstance(group, click.Group)
-    group.add_command(bench_openstack)
+    bench_group(main).add_command(bench_openstack)
 
 
 if __name__ == "__main__" and len(sys.argv) == 3 and sys.argv[1] == CHILD_FLAG:

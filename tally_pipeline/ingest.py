@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from dataclasses import dataclass
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Literal
 
@@ -48,6 +49,19 @@ class ItemOutcome:
         if self.conflict:
             out["conflict"] = True
         return out
+
+
+@dataclass
+class PreparedBatch:
+    """A validated batch, ready to store: what each item is, before the store has a say."""
+
+    items: Sequence[Any]
+    origin: str
+    results: list[ItemOutcome | None]
+    rejections: list[RejectedRow] = field(default_factory=list)
+    accepted: list[tuple[int, EventRecord]] = field(default_factory=list)  # first valid occurrence of each id
+    repeats: list[tuple[int, EventRecord]] = field(default_factory=list)  # later occurrences in the batch
+    first_seen: dict[str, int] = field(default_factory=dict)
 
 
 @dataclass
@@ -161,45 +175,56 @@ class Ingestor:
         kept with dead-letter rows. ``may_write`` decides which clouds this writer may write;
         ``sources`` which ``source`` values it may claim (only reconciliation writes its own).
         """
+        return self.commit(self.prepare(items, origin=origin, may_write=may_write, sources=sources))
+
+    def prepare(
+        self,
+        items: Sequence[Any],
+        *,
+        origin: str,
+        may_write: Callable[[str], bool] = allow_all,
+        sources: tuple[str, ...] = ("collector",),
+    ) -> PreparedBatch:
+        """Validate a batch and find its in-batch repeats: CPU only, nothing touches the store."""
         if len(items) > MAX_BATCH:
             raise BatchTooLarge(len(items))
-        results: list[ItemOutcome | None] = [None] * len(items)
-        rejections: list[RejectedRow] = []
-        first_seen: dict[str, int] = {}  # event_id -> index of its first valid occurrence
-        accepted: list[tuple[int, EventRecord]] = []
-        repeats: list[tuple[int, EventRecord]] = []
-
+        batch = PreparedBatch(items, origin, [None] * len(items))
+        first_seen = batch.first_seen
         for index, item in enumerate(items):
             checked = validate_event(item, self.registry)
-            if isinstance(checked, Rejection):
-                checked = checked
-            elif not may_write(checked.cloud):
-                checked = Rejection("forbidden_cloud", f"forbidden_cloud: cloud: this token may not write {checked.cloud!r}")
-            elif checked.source not in sources:
-                checked = Rejection(
-                    "forbidden_source",
-                    f"forbidden_source: source: {checked.source!r} is written only by reconciliation",
-                )
+            if not isinstance(checked, Rejection):
+                if not may_write(checked.cloud):
+                    checked = Rejection("forbidden_cloud",
+                                        f"forbidden_cloud: cloud: this token may not write {checked.cloud!r}")
+                elif checked.source not in sources:
+                    checked = Rejection(
+                        "forbidden_source",
+                        f"forbidden_source: source: {checked.source!r} is written only by reconciliation",
+                    )
             if isinstance(checked, Rejection):
                 event_id = _hint(item, "event_id")
                 cloud = _hint(item, "cloud")
-                results[index] = ItemOutcome(index, event_id, "rejected", cloud, checked.reason, checked.message)
-                rejections.append(RejectedRow(checked.reason, checked.message, origin, raw_json(item), cloud, event_id))
-                continue
-            if checked.event_id in first_seen:
-                repeats.append((index, checked))
+                batch.results[index] = ItemOutcome(index, event_id, "rejected", cloud, checked.reason, checked.message)
+                batch.rejections.append(RejectedRow(checked.reason, checked.message, origin, raw_json(item), cloud, event_id))
+            elif checked.event_id in first_seen:
+                batch.repeats.append((index, checked))
             else:
                 first_seen[checked.event_id] = index
-                accepted.append((index, checked))
+                batch.accepted.append((index, checked))
+        return batch
 
-        def work(uow: UnitOfWork) -> tuple[set[str], dict[str, str], list[RejectedRow]]:
+    def commit(self, batch: PreparedBatch) -> BatchOutcome:
+        """Store a prepared batch in one transaction and say what became of each item."""
+        items, origin = batch.items, batch.origin
+        accepted, repeats = batch.accepted, batch.repeats
+
+        def work(uow: UnitOfWork) -> tuple[set[str], dict[str, str]]:
             received_at = self.clock()
             records = [record for _, record in accepted]
             inserted = uow.insert_events(records, received_at)
             held = {r.event_id for r in records if r.event_id not in inserted}
-            known = uow.content_hashes(sorted(held))
             winners = {r.event_id: r.content_hash for r in records if r.event_id in inserted}
-            winners.update(known)
+            winners.update(uow.content_hashes(sorted(held)))
             conflicts = [
                 RejectedRow(
                     "duplicate_conflict",
@@ -213,31 +238,27 @@ class Ingestor:
                 for i, r in (*accepted, *repeats)
                 if winners.get(r.event_id, r.content_hash) != r.content_hash
             ]
-            uow.insert_rejections([*rejections, *conflicts], received_at)
+            uow.insert_rejections([*batch.rejections, *conflicts], received_at)
             activity: dict[tuple[str, str], int] = {}
             for record in records:
                 if record.event_id in inserted:
                     activity[(record.cloud, record.source)] = activity.get((record.cloud, record.source), 0) + 1
             uow.note_activity(activity, received_at)
-            return inserted, winners, conflicts
+            return inserted, winners
 
-        inserted, winners, _conflicts = self.store.run(work)
+        inserted, winners = self.store.run(work)
 
-        outcome = BatchOutcome(results=[])  # filled below
+        results = batch.results
+        outcome = BatchOutcome(results=[], rejected=len(batch.rejections))
         for index, record in (*accepted, *repeats):
-            conflict = winners.get(record.event_id, record.content_hash) != record.content_hash
-            if index == first_seen[record.event_id] and record.event_id in inserted:
+            if index == batch.first_seen[record.event_id] and record.event_id in inserted:
                 results[index] = ItemOutcome(index, record.event_id, "stored", record.cloud)
-            else:
-                results[index] = ItemOutcome(index, record.event_id, "duplicate", record.cloud, conflict=conflict)
-        outcome.results = [r for r in results if r is not None]
-        for r in outcome.results:
-            if r.status == "stored":
                 outcome.stored += 1
-            elif r.status == "duplicate":
-                outcome.duplicates += 1
             else:
-                outcome.rejected += 1
+                conflict = winners.get(record.event_id, record.content_hash) != record.content_hash
+                results[index] = ItemOutcome(index, record.event_id, "duplicate", record.cloud, conflict=conflict)
+                outcome.duplicates += 1
+        outcome.results = results  # type: ignore[assignment]  # every slot is filled by now
         return outcome
 
     def dead_letter(self, rows: Sequence[RejectedRow]) -> None:
@@ -254,12 +275,39 @@ class Ingestor:
         sources: tuple[str, ...] = ("collector",),
         batch_size: int = MAX_BATCH,
     ) -> Iterator[BatchOutcome]:
-        """Ingest any number of items, one transaction per batch of ``batch_size``; yields each batch's outcome."""
-        batch: list[Any] = []
-        for item in items:
-            batch.append(item)
-            if len(batch) >= batch_size:
-                yield self.ingest(batch, origin=origin, may_write=may_write, sources=sources)
-                batch = []
-        if batch:
-            yield self.ingest(batch, origin=origin, may_write=may_write, sources=sources)
+        """Ingest any number of items, one transaction per batch of ``batch_size``; yields each batch's outcome.
+
+        Validation of the next batch overlaps the store's work on the current one (the database
+        driver releases the GIL while it waits), so a stream costs about max(CPU, database) per batch
+        rather than their sum. Outcomes come back in order; at most one batch is in flight.
+        """
+        def batches() -> Iterator[list[Any]]:
+            batch: list[Any] = []
+            for item in items:
+                batch.append(item)
+                if len(batch) >= batch_size:
+                    yield batch
+                    batch = []
+            if batch:
+                yield batch
+
+        with ThreadPoolExecutor(max_workers=1, thread_name_prefix="tally-ingest") as writer:
+            in_flight: Future[BatchOutcome] | None = None
+            for batch in batches():
+                prepared = self.prepare(batch, origin=origin, may_write=may_write, sources=sources)
+                if in_flight is not None:
+                    yield in_flight.result()
+                in_flight = writer.submit(self._commit_in(prepared, self._pinned()))
+            if in_flight is not None:
+                yield in_flight.result()
+
+    def _pinned(self) -> Any:
+        """The store session of the calling thread, so the writer thread can use the same connection."""
+        return getattr(self.store, "pinned_connection", lambda: None)()
+
+    def _commit_in(self, prepared: PreparedBatch, pinned: Any) -> Callable[[], BatchOutcome]:
+        def run() -> BatchOutcome:
+            with self.store.adopt(pinned):
+                return self.commit(prepared)
+
+        return run

@@ -37,3 +37,17 @@ def check_bind(host: str, tokens_path: Path | None) -> None:
             "which is allowed only on a loopback address. Give --tokens-file (or tokens_file in the "
             "config) or bind 127.0.0.1."
         )
+
+
+# ``tally serve --workers N`` hands uvicorn an import string; each worker process builds its app
+# from these variables, set by the parent before it starts them.
+ENV_CONFIG, ENV_DATABASE, ENV_TOKENS = "TALLY_SERVE_CONFIG", "TALLY_SERVE_DATABASE", "TALLY_SERVE_TOKENS"
+
+
+def app_from_env() -> Starlette:
+    """The app for one uvicorn worker process (see ``tally serve --workers``)."""
+    import os
+
+    rt = Runtime.load(os.environ.get(ENV_CONFIG) or None, database=os.environ.get(ENV_DATABASE) or None)
+    tokens = os.environ.get(ENV_TOKENS) or None
+    return build_app(rt, tokens_file=Path(tokens) if tokens else None)

@@ -35,13 +35,13 @@ def timer() -> Iterator[list[float]]:
 
 
 @contextmanager
-def api_process(database: str, *, config: Path | None = None) -> Iterator[str]:
+def api_process(database: str, *, config: Path | None = None, workers: int = 1) -> Iterator[str]:
     """``tally serve`` in its own process (and process group) on a free loopback port; yields its URL."""
     import httpx
 
     port = free_port()
     args = [sys.executable, "-m", "tally_pipeline", "serve", "--database", database,
-            "--port", str(port), "--log-level", "warning"]
+            "--port", str(port), "--log-level", "warning", "--workers", str(workers)]
     if config is not None:
         args += ["--config", str(config)]
     proc = subprocess.Popen(args, start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)

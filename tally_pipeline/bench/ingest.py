@@ -157,7 +157,7 @@ def _copy(rt: Runtime, records: list[EventRecord]) -> float:
     return elapsed[0]
 
 
-def run(rt: Runtime, *, events: int, clients: int = 2, seed: int = 1) -> dict[str, Any]:
+def run(rt: Runtime, *, events: int, clients: int = 2, seed: int = 1, server_workers: int = 1) -> dict[str, Any]:
     run_id = uuid.uuid4().hex[:8]
     core_items = synthetic_events(events, run=f"core-{run_id}", seed=seed)
     http_items = synthetic_events(events, run=f"http-{run_id}", seed=seed)
@@ -168,7 +168,7 @@ def run(rt: Runtime, *, events: int, clients: int = 2, seed: int = 1) -> dict[st
     copy_s = _copy(rt, copy_records)
     del copy_records
     core_s = _core(rt, core_items)
-    with api_process(rt.config.database) as url:
+    with api_process(rt.config.database, workers=server_workers) as url:
         http_s = _http(url, http_items, clients)
     copy_rate, core_rate, http_rate = events / copy_s, events / core_s, events / http_s
     return {
@@ -176,6 +176,7 @@ def run(rt: Runtime, *, events: int, clients: int = 2, seed: int = 1) -> dict[st
         "database": rt.store.dialect,
         "events": events,
         "http_clients": clients,
+        "server_workers": server_workers,
         "batch_size": 1000,
         "core_s": round(core_s, 3),
         "http_s": round(http_s, 3),

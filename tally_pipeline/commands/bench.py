@@ -19,12 +19,15 @@ def bench_group(main: click.Group) -> click.Group:
 @click.option("--events", "n_events", type=click.IntRange(min=1000), default=200_000, show_default=True)
 @click.option("--clients", type=click.IntRange(min=1, max=16), default=2, show_default=True)
 @click.option("--seed", type=int, default=1, show_default=True)
+@click.option("--server-workers", type=click.IntRange(min=1), default=1, show_default=True,
+              help="uvicorn workers of the API under test (above 1: Postgres only).")
 @with_runtime
-def bench_ingest(rt: Runtime, n_events: int, clients: int, seed: int) -> None:
+def bench_ingest(rt: Runtime, n_events: int, clients: int, seed: int, server_workers: int) -> None:
     """Ingest core and HTTP throughput against a raw bulk load (COPY) on the same database."""
     from tally_pipeline.bench import ingest
 
-    click.echo(json.dumps(ingest.run(rt, events=n_events, clients=clients, seed=seed), indent=2))
+    click.echo(json.dumps(ingest.run(rt, events=n_events, clients=clients, seed=seed,
+                                     server_workers=server_workers), indent=2))
 
 
 

@@ -17,11 +17,18 @@ from tally_pipeline.runtime import Runtime
 @click.option("--port", type=int, default=None, help="Port (default: api.port from the config, 8080).")
 @click.option("--tokens-file", type=click.Path(dir_okay=False, path_type=Path), default=None,
               help="YAML tokens file (overrides tokens_file in the config).")
+@click.option("--workers", type=click.IntRange(min=1), default=1, show_default=True,
+              help="uvicorn worker processes (Postgres only: a DuckDB file admits one process at a time).")
 @click.option("--log-level", default="info", show_default=True)
 @with_runtime
-def serve(rt: Runtime, host: str | None, port: int | None, tokens_file: Path | None, log_level: str) -> None:
+def serve(rt: Runtime, host: str | None, port: int | None, tokens_file: Path | None, workers: int,
+          log_level: str) -> None:
     """Serve the HTTP API (POST /v1/events, queries, /healthz, /metrics) with uvicorn."""
+    import os
+
     import uvicorn
+
+    from tally_pipeline.api.server import ENV_CONFIG, ENV_DATABASE, ENV_TOKENS
 
     host = host or rt.config.api.host
     port = rt.config.api.port if port is None else port
@@ -32,7 +39,18 @@ def serve(rt: Runtime, host: str | None, port: int | None, tokens_file: Path | N
     except (ServeRefused, TokensFileError) as exc:
         raise click.ClickException(str(exc)) from None
     click.echo(f"tally API on http://{host}:{port} ({rt.store.dialect}: {rt.store.url})", err=True)
-    uvicorn.run(app, host=host, port=port, log_level=log_level, access_log=False)
+    if workers == 1:
+        uvicorn.run(app, host=host, port=port, log_level=log_level, access_log=False)
+        return
+    if rt.store.dialect != "postgres":
+        raise click.ClickException("--workers above 1 needs Postgres: an embedded DuckDB file admits one process")
+    ctx = click.get_current_context()
+    os.environ[ENV_CONFIG] = ctx.params.get("config_path") or os.environ.get("TALLY_CONFIG", "")
+    os.environ[ENV_DATABASE] = rt.config.database
+    os.environ[ENV_TOKENS] = str(tokens_path or "")
+    rt.close()
+    uvicorn.run("tally_pipeline.api.server:app_from_env", factory=True, workers=workers, host=host, port=port,
+                log_level=log_level, access_log=False)
 
 
 def register(main: click.Group) -> None:

@@ -127,15 +127,6 @@ class Store(abc.ABC):
         """Hold resources across several units of work in this thread (DuckDB: one open file)."""
         yield
 
-    def pinned_connection(self) -> Any:
-        """What this thread's session holds, to hand to a helper thread (None: nothing to share)."""
-        return None
-
-    @contextmanager
-    def adopt(self, pinned: Any) -> Iterator[None]:
-        """Use another thread's session (``pinned_connection()``) in this thread for a while."""
-        yield
-
     def run(self, work: Callable[[UnitOfWork], T]) -> T:
         """Run ``work`` in a unit of work, retrying the whole unit on transient conflicts."""
         deadline = time.monotonic() + self.retry_budget_s

@@ -159,20 +159,6 @@ class DuckDBStore(Store):
             finally:
                 self._pinned.con = None
 
-    def pinned_connection(self) -> duckdb.DuckDBPyConnection | None:
-        return getattr(self._pinned, "con", None)
-
-    @contextmanager
-    def adopt(self, pinned: duckdb.DuckDBPyConnection | None) -> Iterator[None]:
-        if pinned is None or getattr(self._pinned, "con", None) is not None:
-            yield
-            return
-        self._pinned.con = pinned  # units of work take their own cursor of it: safe across threads
-        try:
-            yield
-        finally:
-            self._pinned.con = None
-
     @contextmanager
     def connection(self) -> Iterator[duckdb.DuckDBPyConnection]:
         """A connection for one unit of work (the session's, if one is open in this thread)."""

@@ -32,8 +32,7 @@ _MIGRATION_LOCK = 0x7A11_0001  # advisory lock id: one migrator at a time
 # an instant to learn a sequence value below which every event is committed.
 INGEST_LOCK = 0x7A11_0002
 
-_STAGE = f"""
-SELECT pg_advisory_xact_lock_shared({INGEST_LOCK});
+_STAGE = """
 CREATE TEMP TABLE IF NOT EXISTS _ingest_stage (
     event_id TEXT, event_type TEXT, verb TEXT, cloud TEXT, resource_type TEXT, resource_id TEXT,
     project_id TEXT, occurred_at TIMESTAMPTZ, source TEXT, payload TEXT, content_hash TEXT
@@ -65,8 +64,43 @@ class PostgresUnitOfWork(UnitOfWork):
         self.cur.executemany(sql, rows)
 
     def insert_events(self, records: Sequence[EventRecord], received_at: datetime) -> set[str]:
+        """Store the records whose event_id is new.
+
+        The fast path copies the new rows straight into ``events`` after asking which ids are already
+        held. A writer racing us for one of them makes the copy fail on the primary key; the batch
+        then rolls back to a savepoint and takes the slow path, a staged ``INSERT … ON CONFLICT DO
+        NOTHING``. Either way rows go in event_id order, so racing writers lock in the same order.
+        """
         if not records:
             return set()
+        ordered = sorted(records, key=lambda r: r.event_id)
+        held = self.cur.execute(
+            "SELECT pg_advisory_xact_lock_shared(%s), ARRAY(SELECT event_id FROM events WHERE event_id = ANY(%s))",
+            (INGEST_LOCK, [r.event_id for r in ordered]),
+        ).fetchone()[1]
+        held = set(held or ())
+        fresh = [r for r in ordered if r.event_id not in held]
+        if not fresh:
+            return set()
+        try:
+            with self.conn.transaction():  # a savepoint: the fallback keeps the rest of the unit
+                self._copy(fresh, received_at)
+            return {r.event_id for r in fresh}
+        except pg_errors.UniqueViolation:
+            return self._insert_staged(fresh, received_at)
+
+    def _copy(self, records: Sequence[EventRecord], received_at: datetime) -> None:
+        with self.cur.copy(
+            "COPY events (event_id, event_type, verb, cloud, resource_type, resource_id, project_id, "
+            "occurred_at, source, payload, content_hash, received_at) FROM STDIN"
+        ) as copy:
+            for r in records:
+                copy.write_row(
+                    (r.event_id, r.event_type, r.verb, r.cloud, r.resource_type, r.resource_id,
+                     r.project_id, r.occurred_at, r.source, r.payload_json, r.content_hash, received_at)
+                )
+
+    def _insert_staged(self, records: Sequence[EventRecord], received_at: datetime) -> set[str]:
         cur = self.cur
         cur.execute(_STAGE)
         with cur.copy(

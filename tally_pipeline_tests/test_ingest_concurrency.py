@@ -6,6 +6,9 @@ import multiprocessing as mp
 import threading
 import uuid
 from collections import Counter
+from datetime import UTC, datetime
+
+import psycopg
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -14,7 +17,9 @@ from hypothesis import strategies as st
 from tally_pipeline.ingest import Ingestor
 from tally_pipeline.schemas import default_registry
 from tally_pipeline.store import open_store
+from tally_pipeline.store.postgres_store import PostgresUnitOfWork
 from tally_pipeline_tests.events import event
+from tally_pipeline_tests.faults import wait_until
 
 
 def _events(prefix: str, n: int) -> list[dict]:
@@ -135,3 +140,30 @@ def test_any_interleaving_and_duplication_yields_exactly_the_set(store, registry
     rows = store.query("SELECT event_id FROM events WHERE event_id LIKE %s", [f"{prefix}-%"])
     assert sorted(r[0] for r in rows) == sorted(e["event_id"] for e in items)
     assert statuses["stored"] == n and statuses["duplicate"] == len(order) - n and statuses["rejected"] == 0
+
+
+def test_postgres_fast_path_falls_back_when_a_racing_writer_takes_an_id(pg_url, registry) -> None:
+    """Writer B copies straight into events while writer A holds one of its ids uncommitted. When A
+    commits, B's copy fails on the key, rolls back to its savepoint and stores the rest through ON CONFLICT."""
+    store = open_store(pg_url, migrate=True)
+    holder = psycopg.connect(pg_url, application_name="racing-writer")
+    watcher = psycopg.connect(pg_url, autocommit=True)
+    try:
+        contested, other = event(event_id="race-x"), event(event_id="race-y")
+        records = [r for _, r in Ingestor(store, registry).prepare([contested], origin="a").accepted]
+        result: dict = {}
+        with holder.transaction():  # A's row, uncommitted until the block ends
+            PostgresUnitOfWork(holder).insert_events(records, datetime.now(UTC))
+            writer = threading.Thread(target=lambda: result.setdefault(
+                "b", Ingestor(store, registry).ingest([contested, other], origin="b")))
+            writer.start()
+            wait_until(lambda: watcher.execute(
+                "SELECT 1 FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE 'COPY events%'"
+            ).fetchall(), "writer B to block on the contested key")
+        writer.join(timeout=60)
+        assert [(r.event_id, r.status) for r in result["b"].results] == [("race-x", "duplicate"), ("race-y", "stored")]
+        assert sorted(r[0] for r in store.query("SELECT event_id FROM events")) == ["race-x", "race-y"]
+    finally:
+        holder.close()
+        watcher.close()
+        store.close()

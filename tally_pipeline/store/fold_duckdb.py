@@ -3,12 +3,11 @@
 The Python fold is the rule; this is the same rule, vectorised, and a property test holds the two
 equal. Levels:
 
-1. number each resource's events in fold order (occurred_at, verb rank, event_id);
-2. ``cd_before``: the last create-or-delete before each event, encoded ``rn*2+1`` for a create and
-   ``rn*2`` for a delete, so its parity says whether the resource was live just before;
-3. effective events (a create when not live starts a lifecycle; a create/update when live updates;
+1. number each resource's events in fold order (occurred_at, verb rank, event_id) and, in the same
+   window pass, say whether it was live just before: the last create-or-delete before it is a create;
+2. effective events (a create when not live starts a lifecycle; a create/update when live updates;
    a delete when live ends), forward-filled project and size, and interval boundaries;
-4. boundary and end rows only (few): each boundary's interval ends at the next such row.
+3. boundary and end rows only (few): each boundary's interval ends at the next such row.
 """
 
 from __future__ import annotations
@@ -20,20 +19,17 @@ FOLD_CTE = f"""
 ev AS (
     SELECT {KEY}, seq, event_id, verb, project_id, occurred_at,
            json_extract(payload, '$.size') AS size,
-           row_number() OVER (
-               PARTITION BY {KEY}
-               ORDER BY occurred_at,
-                        CASE verb WHEN 'create' THEN 0 WHEN 'update' THEN 1 WHEN 'note' THEN 2 ELSE 3 END,
-                        event_id
-           ) AS rn
+           row_number() OVER w_fold AS rn,
+           coalesce(last_value(CASE WHEN verb IN ('create', 'delete') THEN verb END IGNORE NULLS) OVER (
+               w_fold ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING
+           ) = 'create', false) AS live_before
     FROM {{source}}
-),
-l1 AS (
-    SELECT *,
-           coalesce(max(CASE verb WHEN 'create' THEN rn * 2 + 1 WHEN 'delete' THEN rn * 2 END) OVER (
-               PARTITION BY {KEY} ORDER BY rn ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING
-           ) % 2 = 1, false) AS live_before
-    FROM ev
+    WINDOW w_fold AS (
+        PARTITION BY {KEY}
+        ORDER BY occurred_at,
+                 CASE verb WHEN 'create' THEN 0 WHEN 'update' THEN 1 WHEN 'note' THEN 2 ELSE 3 END,
+                 event_id
+    )
 ),
 l2 AS (
     SELECT *,
@@ -41,7 +37,7 @@ l2 AS (
            verb IN ('create', 'update') AND live_before AS is_update,
            verb = 'delete' AND live_before AS is_end,
            CASE verb WHEN 'create' THEN true WHEN 'delete' THEN false ELSE live_before END AS live_after
-    FROM l1
+    FROM ev
 ),
 l3 AS (
     SELECT *,

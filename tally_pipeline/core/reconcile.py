@@ -119,10 +119,11 @@ def plan(
     """Diff one cloud. ``projected`` holds every resource the projection knows for the cloud."""
     result = Plan()
     settle_from = now - settings.settle_window
-    by_key: dict[tuple[str, str], ProjectedResource] = {}
+    # Per type, by id: no tuple keys to build for a million rows.
+    by_type: dict[str, dict[str, ProjectedResource]] = {}
     live_by_type: dict[str, list[ProjectedResource]] = {}
     for p in projected:
-        by_key[(p.resource_type, p.resource_id)] = p
+        by_type.setdefault(p.resource_type, {})[p.resource_id] = p
         if p.status == "live":
             live_by_type.setdefault(p.resource_type, []).append(p)
     gone: dict[tuple[str, str], DeletedResource] = {}
@@ -138,14 +139,13 @@ def plan(
             outcome.reason = listing.reason
             continue
         outcome.listed = len(listing.items)
-        seen: set[str] = set()
+        known = by_type.get(rtype, {})
         for item in listing.items:
-            rid = item.resource_id
-            seen.add(rid)
-            p = by_key.get((rtype, rid))
+            p = known.get(item.resource_id)
             if p is not None and p.status == "live" and p.size == item.size and p.project_id == item.project_id:
                 continue  # in sync: the common case, kept free of calls
             _diff_listed(item, p, settle_from, settings, now, result, outcome)
+        seen = {item.resource_id for item in listing.items}
         deletes: list[Correction] = []
         for p in live:
             if p.resource_id in seen:
@@ -172,7 +172,7 @@ def plan(
             result.corrections.extend(deletes)
             outcome.corrections += len(deletes)
 
-    _recover(gone.values(), by_key, settle_from, settings, result)
+    _recover(gone.values(), by_type, settle_from, settings, result)
     return result
 
 
@@ -210,11 +210,11 @@ def _diff_listed(item: ListedResource, p: ProjectedResource | None, settle_from:
         outcome.corrections += 1
 
 
-def _recover(gone: Iterable[DeletedResource], by_key: Mapping[tuple[str, str], ProjectedResource],
+def _recover(gone: Iterable[DeletedResource], by_type: Mapping[str, Mapping[str, ProjectedResource]],
              settle_from: datetime, settings: Settings, result: Plan) -> None:
     """Resources created and deleted between runs whose events were both lost: both ends are known."""
     for d in gone:
-        p = by_key.get((d.resource_type, d.resource_id))
+        p = by_type.get(d.resource_type, {}).get(d.resource_id)
         if p is not None and p.status != "unborn":
             continue  # known: the missed-delete pass (live) or nothing to do (deleted)
         if d.deleted_at > settle_from or (p is not None and p.last_event_at > settle_from):

@@ -7,6 +7,7 @@ from typing import Any
 
 import dagster as dg
 
+from tally_pipeline.defs.metadata import md_table
 from tally_pipeline.defs.partitions import DAILY
 from tally_pipeline.defs.resources import TallyStore
 from tally_pipeline.defs.tags import POOL
@@ -32,12 +33,6 @@ def landing_files(landing_dir: Path, day: str) -> list[Path]:
         if real.is_file() and path.name.endswith(LANDING_SUFFIXES):
             files.append(real)
     return files
-
-
-def _md_table(header: list[str], rows: list[list[Any]]) -> dg.MetadataValue:
-    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-    lines += ["| " + " | ".join(str(v) for v in row) + " |" for row in rows]
-    return dg.MetadataValue.md("\n".join(lines))
 
 
 @dg.asset(
@@ -78,7 +73,7 @@ def raw_event_batches(context: dg.AssetExecutionContext, store: TallyStore) -> d
             **totals,
             "dagster/row_count": totals["stored"],
             "rejected_by_reason": dg.MetadataValue.json(reasons),
-            "files_preview": _md_table(["day", "file", "items", "stored", "duplicates", "rejected", "error"], rows[:50]),
+            "files_preview": md_table(["day", "file", "items", "stored", "duplicates", "rejected", "error"], rows[:50]),
         }
     )
 
@@ -90,7 +85,7 @@ def event_log_metadata(rt: Any) -> dict[str, Any]:
     total = rt.store.event_count()
     return {
         "dagster/row_count": total,
-        "by_cloud": _md_table(
+        "by_cloud": md_table(
             ["cloud", "collector events", "reconciliation events", "last collector event"],
             [[c, n, m, t.isoformat() if t else "never"] for c, n, m, t in rows],
         ),
@@ -103,8 +98,8 @@ def dead_letter_metadata(rt: Any) -> dict[str, Any]:
     newest = rt.store.rejected(limit=10)
     return {
         "dagster/row_count": sum(n for _, n in by_reason),
-        "by_reason": _md_table(["reason", "rows"], [[r, n] for r, n in by_reason]),
-        "newest": _md_table(["received_at", "reason", "cloud", "message"],
+        "by_reason": md_table(["reason", "rows"], [[r, n] for r, n in by_reason]),
+        "newest": md_table(["received_at", "reason", "cloud", "message"],
                             [[e.received_at.isoformat(), e.reason, e.cloud or "", e.message[:120]] for e in newest]),
     }
 

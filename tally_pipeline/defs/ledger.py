@@ -4,7 +4,7 @@
 import dagster as dg
 
 from tally_pipeline.core.timeutil import format_rfc3339, parse_rfc3339, to_utc
-from tally_pipeline.defs.ingest import _md_table
+from tally_pipeline.defs.metadata import md_table
 from tally_pipeline.defs.resources import Clock, Ledger
 from tally_pipeline.defs.tags import NOW, POOL
 
@@ -35,7 +35,7 @@ def ledger_audit(context: dg.AssetExecutionContext, ledger: Ledger):
         metadata={
             "entities": result.entities,
             "discrepancies": len(broken),
-            "examples": _md_table(["kind", "cloud", "project", "meter", "detail"],
+            "examples": md_table(["kind", "cloud", "project", "meter", "detail"],
                                   [[d.kind, d.cloud, d.project_id, d.meter, d.detail[:80]] for d in broken[:10]]),
         },
     )
@@ -73,7 +73,7 @@ def delta_posting_cycle(context: dg.AssetExecutionContext, ledger: Ledger, clock
         "postings": result.postings,
         "entities_posted": len(result.posted),
         "entities_skipped": len(result.skipped),
-        "totals_by_account": _md_table(["account", "meter", "amount"], rows),
+        "totals_by_account": md_table(["account", "meter", "amount"], rows),
     })
     yield dg.MaterializeResult(asset_key="usage_checkpoints", metadata={
         "entities": result.entities, "unchanged": result.unchanged, "already_posted": result.already_posted,

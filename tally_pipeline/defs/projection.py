@@ -4,7 +4,8 @@
 import dagster as dg
 
 from tally_pipeline import projection
-from tally_pipeline.defs.ingest import _md_table, event_log
+from tally_pipeline.defs.ingest import event_log
+from tally_pipeline.defs.metadata import md_table
 from tally_pipeline.defs.resources import TallyStore
 from tally_pipeline.defs.tags import POOL
 
@@ -44,7 +45,7 @@ def resource_projection(context: dg.AssetExecutionContext, store: TallyStore):
             "live": statuses.get("live", 0),
             "deleted": statuses.get("deleted", 0),
             "unborn": statuses.get("unborn", 0),
-            "live_by_cloud_and_type": _md_table(["cloud", "type", "live"], [list(r) for r in live]),
+            "live_by_cloud_and_type": md_table(["cloud", "type", "live"], [list(r) for r in live]),
         },
     )
     yield dg.MaterializeResult(

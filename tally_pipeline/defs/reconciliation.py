@@ -6,7 +6,7 @@ from datetime import UTC, datetime
 import dagster as dg
 
 from tally_pipeline.core.timeutil import format_rfc3339, parse_rfc3339, to_utc
-from tally_pipeline.defs.ingest import _md_table
+from tally_pipeline.defs.metadata import md_table
 from tally_pipeline.defs.resources import AdapterSource, Clock, TallyStore
 from tally_pipeline.defs.tags import CLOUD, POLL_TIME, POOL, RUN_KEY
 
@@ -64,7 +64,7 @@ def build(clouds: list[str], partitions: dg.PartitionsDefinition) -> dict[str, l
                              (o["reason"] or "")[:80]])
         if failures:
             raise dg.Failure("reconciliation failed: " + "; ".join(failures),
-                             metadata={"per_type": _md_table(["cloud", "type", "status", "listed", "corrections",
+                             metadata={"per_type": md_table(["cloud", "type", "status", "listed", "corrections",
                                                               "deferred", "reason"], rows)})
         return dg.MaterializeResult(metadata={
             **totals,
@@ -72,7 +72,7 @@ def build(clouds: list[str], partitions: dg.PartitionsDefinition) -> dict[str, l
             "run_key": run_key,
             "drift": drift,
             "deferrals_by_reason": dg.MetadataValue.json(deferrals),
-            "per_type": _md_table(["cloud", "type", "status", "listed", "corrections", "deferred", "reason"], rows),
+            "per_type": md_table(["cloud", "type", "status", "listed", "corrections", "deferred", "reason"], rows),
         })
 
     # The alert checks on sync_runs are reported by their sensors every minute; running them as extra

@@ -5,7 +5,7 @@ from datetime import date
 
 import dagster as dg
 
-from tally_pipeline.defs.ingest import _md_table
+from tally_pipeline.defs.metadata import md_table
 from tally_pipeline.defs.partitions import DAILY
 from tally_pipeline.defs.resources import Clock, TallyStore
 from tally_pipeline.defs.tags import POOL
@@ -41,7 +41,7 @@ def usage_daily(context: dg.AssetExecutionContext, store: TallyStore, clock: dg.
         "dagster/row_count": result.rows,
         "days": f"{first}..{last}",
         "skipped": len(result.skipped),
-        "totals_by_meter": _md_table(["meter", "quantity"], [[m, q] for m, q in totals]),
+        "totals_by_meter": md_table(["meter", "quantity"], [[m, q] for m, q in totals]),
     })
 
 

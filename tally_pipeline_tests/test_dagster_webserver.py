@@ -52,15 +52,17 @@ def test_webserver_serves_the_asset_graph_schedules_and_sensors(tmp_path) -> Non
     env = {**os.environ, "TALLY_CONFIG": str(config), "DAGSTER_HOME": str(home)}
     port = free_port()
     proc = subprocess.Popen(
-        [sys.executable, "-m", "dagster_webserver", "-w", str(ROOT / "workspace.yaml"), "-h", "127.0.0.1", "-p", str(port)],
+        [sys.executable, "-m", "dagster_webserver", "-w", str(ROOT / "workspace.yaml"), "-h", "127.0.0.1", "-p", str(port),
+         "--uvicorn-log-level", "info"],
         cwd=ROOT, env=env, start_new_session=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
     )
     output: list[str] = []
     try:
-        # Block on the server's own output until it says it serves (no polling, no sleeping).
+        # Block on the server's own output until uvicorn says it listens (no polling, no sleeping).
+        # Dagster's "Serving dagster-webserver" line comes before the socket is bound, so it is not enough.
         for line in proc.stdout:
             output.append(line.decode(errors="replace"))
-            if "Serving dagster-webserver" in output[-1]:
+            if "Uvicorn running on" in output[-1]:
                 break
         else:
             pytest.fail("webserver exited: " + "".join(output)[-2000:])

@@ -3,7 +3,7 @@
 Setup (not timed) bulk-loads N synthetic events over M instances straight into ``events`` — a
 create, resizes and notes, and for some a delete, per resource. Then, on the same data:
 
-- ``rebuild_s``: ``projection.rebuild`` (both tables from scratch);
+- ``rebuild_s``: ``projection.rebuild`` (both tables from scratch), best of two like the floor;
 - ``floor_s``: the plain window-function query that picks each resource's latest event, written to
   a table — a floor no fold can beat, since a fold must at least sort every history;
 - ``incremental_s``: a refresh after 1,000 late events scattered over the history, ingested
@@ -127,6 +127,12 @@ def _floor(rt: Runtime) -> float:
     return elapsed[0]
 
 
+def _timed_rebuild(rt: Runtime) -> tuple[float, projection.RefreshResult]:
+    with timer() as elapsed:
+        result = projection.rebuild(rt.store)
+    return elapsed[0], result
+
+
 def run(rt: Runtime, *, events: int, resources: int, late: int = 1000, seed: int = 1) -> dict[str, Any]:
     rt.store.require_current_schema()
     run_id = uuid.uuid4().hex[:6]
@@ -134,9 +140,9 @@ def run(rt: Runtime, *, events: int, resources: int, late: int = 1000, seed: int
         with timer() as load_s:
             _load(rt, events, resources, run_id)
         projection.refresh(rt.store)  # start from a projection that is up to date
+        # Both sides are timed the same way, best of two: a rebuild gives identical tables each time.
         floor_s = min(_floor(rt) for _ in range(2))
-        with timer() as rebuild_s:
-            result = projection.rebuild(rt.store)
+        rebuild_s, result = min((_timed_rebuild(rt) for _ in range(2)), key=lambda timed: timed[0])
         late_items = _late_events(rt, late, resources, run_id, seed)
         for _ in rt.ingestor.ingest_stream(late_items, origin="bench"):
             pass
@@ -148,14 +154,14 @@ def run(rt: Runtime, *, events: int, resources: int, late: int = 1000, seed: int
         "events": events,
         "resources": resources,
         "load_s": round(load_s[0], 3),
-        "rebuild_s": round(rebuild_s[0], 3),
-        "rebuild_events_per_s": round(events / rebuild_s[0]),
+        "rebuild_s": round(rebuild_s, 3),
+        "rebuild_events_per_s": round(events / rebuild_s),
         "rebuild_resources": result.resources,
         "floor_s": round(floor_s, 3),
-        "rebuild_vs_floor": round(rebuild_s[0] / floor_s, 2),
+        "rebuild_vs_floor": round(rebuild_s / floor_s, 2),
         "late_events": late,
         "incremental_resources": incremental.resources,
         "incremental_s": round(incremental_s[0], 4),
-        "incremental_vs_rebuild": round(incremental_s[0] / rebuild_s[0], 4),
+        "incremental_vs_rebuild": round(incremental_s[0] / rebuild_s, 4),
         "peak_rss_mb": round(peak_rss_mb(), 1),
     }

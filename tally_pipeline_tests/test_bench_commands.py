@@ -1,0 +1,62 @@
+"""The benchmark commands at toy sizes: each prints the JSON its issue names, and its figures agree
+with what the run left in the database. (Speed is never asserted here; the figures are reported.)"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from click.testing import CliRunner
+
+from tally_pipeline.cli import main
+from tally_pipeline.store import open_store
+
+
+def _bench(*args: str) -> dict:
+    result = CliRunner().invoke(main, ["bench", *args])
+    assert result.exit_code == 0, result.output
+    return json.loads(result.stdout)
+
+
+@pytest.mark.parametrize("store_url", ["duckdb", "postgres"], indirect=True)
+def test_projection_bench_rebuilds_every_resource_and_refreshes_only_the_late_ones(store_url: str) -> None:
+    with open_store(store_url, migrate=True):
+        pass
+    report = _bench("projection", "--database", store_url, "--events", "3000", "--resources", "300", "--late", "40")
+    assert {"rebuild_s", "floor_s", "rebuild_vs_floor", "incremental_s", "incremental_vs_rebuild"} <= set(report)
+    assert report["rebuild_resources"] == 300
+    # 40 late events over 300 resources touch at most 40 of them, and at least one.
+    assert 1 <= report["incremental_resources"] <= 40
+    assert report["rebuild_s"] > 0 and report["floor_s"] > 0 and report["rebuild_vs_floor"] > 0
+    with open_store(store_url) as store:
+        assert store.event_count() == 3000 + 40
+        assert store.query("SELECT count(*) FROM current_resources")[0][0] == 300
+        watermark = store.query("SELECT watermark FROM projection_state WHERE name = 'resources'")[0][0]
+        assert watermark == store.query("SELECT max(seq) FROM events")[0][0]
+
+
+def test_reconcile_bench_finds_exactly_the_drift_it_planted() -> None:
+    report = _bench("reconcile", "--resources", "300", "--resources", "3000")
+    small, large = report["runs"]
+    assert (small["resources"], large["resources"]) == (300, 3000) and report["size_ratio"] == 10
+    # 1 % drift: a third missing (deletes), a third new (creates), up to a third resized (updates).
+    assert large["corrections"]["delete"] == large["corrections"]["create"] == 10
+    assert 0 < large["corrections"]["update"] <= 10
+    assert small["corrections"]["delete"] == small["corrections"]["create"] == 1
+    assert report["diff_growth"] == pytest.approx(large["diff_s"] / max(small["diff_s"], 1e-9), rel=0.1)
+
+
+@pytest.mark.slow
+def test_ingest_bench_measures_core_http_and_copy_on_the_same_postgres(pg_url: str) -> None:
+    with open_store(pg_url, migrate=True):
+        pass
+    report = _bench("ingest", "--database", pg_url, "--events", "2000")
+    for key in ("core_events_per_s", "http_events_per_s", "copy_events_per_s"):
+        assert report[key] > 0
+    assert report["core_vs_copy"] == pytest.approx(report["core_events_per_s"] / report["copy_events_per_s"], rel=0.01)
+    assert report["http_vs_copy"] == pytest.approx(report["http_events_per_s"] / report["copy_events_per_s"], rel=0.01)
+    with open_store(pg_url) as store:
+        # The core and HTTP phases each stored their 2,000 events; the COPY went to a scratch table, since dropped.
+        assert store.event_count() == 4000
+        assert store.query("SELECT count(*) FROM rejected_events")[0][0] == 0
+        assert store.query("SELECT to_regclass('bench_copy_scratch')")[0][0] is None

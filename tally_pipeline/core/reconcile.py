@@ -121,18 +121,18 @@ def plan(
     settle_from = now - settings.settle_window
     # Per type, by id: no tuple keys to build for a million rows.
     by_type: dict[str, dict[str, ProjectedResource]] = {}
-    live_by_type: dict[str, list[ProjectedResource]] = {}
+    live_by_type: dict[str, dict[str, ProjectedResource]] = {}
     for p in projected:
         by_type.setdefault(p.resource_type, {})[p.resource_id] = p
         if p.status == "live":
-            live_by_type.setdefault(p.resource_type, []).append(p)
+            live_by_type.setdefault(p.resource_type, {})[p.resource_id] = p
     gone: dict[tuple[str, str], DeletedResource] = {}
     if deleted is not None and deleted.available:
         gone = {(d.resource_type, d.resource_id): d for d in deleted.items}
 
     for listing in listings:
         rtype = listing.resource_type
-        live = live_by_type.get(rtype, [])
+        live = live_by_type.get(rtype, {})
         outcome = TypeOutcome(status=listing.status, live_before=len(live))
         result.types[rtype] = outcome
         if not isinstance(listing, Enumerated):
@@ -140,16 +140,18 @@ def plan(
             continue
         outcome.listed = len(listing.items)
         known = by_type.get(rtype, {})
+        # Listed live resources are taken out of ``unseen`` as the listing goes by; what is left at
+        # the end is missing from the listing, still in projection order.
+        unseen = dict(live)
         for item in listing.items:
-            p = known.get(item.resource_id)
-            if p is not None and p.status == "live" and p.size == item.size and p.project_id == item.project_id:
+            p = unseen.pop(item.resource_id, None)
+            if p is not None and p.size == item.size and p.project_id == item.project_id:
                 continue  # in sync: the common case, kept free of calls
+            if p is None:
+                p = known.get(item.resource_id)  # not live in the projection, or not known at all
             _diff_listed(item, p, settle_from, settings, now, result, outcome)
-        seen = {item.resource_id for item in listing.items}
         deletes: list[Correction] = []
-        for p in live:
-            if p.resource_id in seen:
-                continue
+        for p in unseen.values():
             if p.last_event_at > settle_from:
                 _defer(result, outcome, "delete", p.resource_type, p.resource_id, "settle_window",
                        f"missing from listing, but the projection heard of it at {p.last_event_at.isoformat()}",

@@ -1,13 +1,19 @@
 """The fold (``core/fold.py``) expressed as DuckDB window functions, for rebuilds and refreshes.
 
 The Python fold is the rule; this is the same rule, vectorised, and a property test holds the two
-equal. Levels:
+equal. One window pass over every event does the heavy work (sorting each history once):
 
-1. number each resource's events in fold order (occurred_at, verb rank, event_id) and, in the same
-   window pass, say whether it was live just before: the last create-or-delete before it is a create;
-2. effective events (a create when not live starts a lifecycle; a create/update when live updates;
-   a delete when live ends), forward-filled project and size, and interval boundaries;
-3. boundary and end rows only (few): each boundary's interval ends at the next such row.
+1. each resource's events numbered in fold order (occurred_at, verb rank, event_id);
+2. whether it was live just before: the last create-or-delete before it is a create;
+3. project and size carried forward from the last create or update. This ignores liveness, and
+   may differ from the rule only on rows outside every lifecycle (an update before any create or
+   after a delete is not effective): inside a lifecycle the last create-or-update is the create
+   that opened it or an effective update after it. So those rows' carried values are never read:
+   intervals are cut only at starts, effective changes and ends, and the state takes its project
+   and size from the last row inside a lifecycle.
+
+Then the few boundary rows (starts, effective changes, ends) give the intervals, their lifecycle
+numbers and ends, and a grouped pass gives each resource's state.
 """
 
 from __future__ import annotations
@@ -18,12 +24,19 @@ KEY = "cloud, resource_type, resource_id"
 FOLD_CTE = f"""
 ev AS (
     SELECT {KEY}, seq, event_id, verb, project_id, occurred_at,
-           json_extract(payload, '$.size') AS size,
            row_number() OVER w_fold AS rn,
            coalesce(last_value(CASE WHEN verb IN ('create', 'delete') THEN verb END IGNORE NULLS) OVER (
                w_fold ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING
-           ) = 'create', false) AS live_before
-    FROM {{source}}
+           ) = 'create', false) AS live_before,
+           last_value(CASE WHEN verb IN ('create', 'update') THEN project_id END IGNORE NULLS) OVER (
+               w_fold ROWS UNBOUNDED PRECEDING) AS project_ff,
+           last_value(CASE WHEN verb IN ('create', 'update') THEN size END IGNORE NULLS) OVER (
+               w_fold ROWS UNBOUNDED PRECEDING) AS size_ff,
+           last_value(CASE WHEN verb IN ('create', 'update') THEN project_id END IGNORE NULLS) OVER (
+               w_fold ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) AS project_prev,
+           last_value(CASE WHEN verb IN ('create', 'update') THEN size END IGNORE NULLS) OVER (
+               w_fold ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) AS size_prev
+    FROM (SELECT *, json_extract(payload, '$.size') AS size FROM {{source}})
     WINDOW w_fold AS (
         PARTITION BY {KEY}
         ORDER BY occurred_at,
@@ -38,17 +51,6 @@ l2 AS (
            verb = 'delete' AND live_before AS is_end,
            CASE verb WHEN 'create' THEN true WHEN 'delete' THEN false ELSE live_before END AS live_after
     FROM ev
-),
-l3 AS (
-    SELECT *,
-           last_value(CASE WHEN is_start OR is_update THEN project_id END IGNORE NULLS) OVER w_now AS project_ff,
-           last_value(CASE WHEN is_start OR is_update THEN size END IGNORE NULLS) OVER w_now AS size_ff,
-           last_value(CASE WHEN is_start OR is_update THEN project_id END IGNORE NULLS) OVER w_before AS project_prev,
-           last_value(CASE WHEN is_start OR is_update THEN size END IGNORE NULLS) OVER w_before AS size_prev,
-           sum(CASE WHEN is_start THEN 1 ELSE 0 END) OVER w_now - 1 AS lifecycle_no
-    FROM l2
-    WINDOW w_now AS (PARTITION BY {KEY} ORDER BY rn ROWS UNBOUNDED PRECEDING),
-           w_before AS (PARTITION BY {KEY} ORDER BY rn ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING)
 )
 """
 
@@ -57,19 +59,21 @@ FOLD_TABLE = f"""
 CREATE OR REPLACE TEMP TABLE _fold AS
 WITH {FOLD_CTE}
 SELECT {KEY}, seq, rn, occurred_at, live_after, live_before, is_start, is_update, is_end,
-       project_ff, size_ff, project_prev, size_prev, lifecycle_no
-FROM l3
+       project_ff, size_ff, project_prev, size_prev
+FROM l2
 """
 
 INTERVALS_SELECT = f"""
 WITH marks AS (
-    SELECT {KEY}, rn, occurred_at, is_end, project_ff, size_ff, lifecycle_no,
-           lead(occurred_at) OVER (PARTITION BY {KEY} ORDER BY rn) AS next_at,
+    SELECT {KEY}, rn, occurred_at, is_end, project_ff, size_ff,
+           lead(occurred_at) OVER w_marks AS next_at,
+           sum(CASE WHEN is_start THEN 1 ELSE 0 END) OVER (w_marks ROWS UNBOUNDED PRECEDING) - 1 AS lifecycle_no,
            NOT is_end AS is_boundary
     FROM _fold
     WHERE is_end
        OR is_start
        OR (is_update AND (project_ff IS DISTINCT FROM project_prev OR size_ff IS DISTINCT FROM size_prev))
+    WINDOW w_marks AS (PARTITION BY {KEY} ORDER BY rn)
 )
 SELECT {KEY},
        (row_number() OVER (PARTITION BY {KEY} ORDER BY rn) - 1)::INTEGER AS interval_no,
@@ -84,13 +88,13 @@ WHERE is_boundary AND (next_at IS NULL OR next_at > occurred_at)
 
 STATE_SELECT = f"""
 SELECT {KEY},
-       CASE WHEN max(lifecycle_no) < 0 THEN 'unborn'
+       CASE WHEN NOT bool_or(is_start) THEN 'unborn'
             WHEN arg_max(live_after, rn) THEN 'live'
             ELSE 'deleted' END AS status,
-       arg_max(project_ff, rn) AS project_id,
-       arg_max(size_ff, rn) AS size,
+       arg_max(project_ff, rn) FILTER (WHERE live_after OR is_end) AS project_id,
+       arg_max(size_ff, rn) FILTER (WHERE live_after OR is_end) AS size,
        max(CASE WHEN is_start THEN occurred_at END) AS created_at,
-       CASE WHEN max(lifecycle_no) >= 0 AND NOT arg_max(live_after, rn)
+       CASE WHEN bool_or(is_start) AND NOT arg_max(live_after, rn)
             THEN max(CASE WHEN is_end THEN occurred_at END) END AS deleted_at,
        max(occurred_at) AS last_event_at,
        max(seq) AS last_seq,

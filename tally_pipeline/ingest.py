@@ -8,9 +8,11 @@ The whole batch is one transaction: stored events and dead-letter rows commit to
 from __future__ import annotations
 
 import json
+from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import UTC, datetime
+from itertools import islice
 from typing import Any, Literal
 
 import orjson
@@ -50,17 +52,122 @@ class ItemOutcome:
         return out
 
 
-@dataclass
-class PreparedBatch:
-    """A validated batch, ready to store: what each item is, before the store has a say."""
+#: Validates one item for a writer: the envelope, then what this writer may write.
+Check = Callable[[Any], EventRecord | Rejection]
 
-    items: Sequence[Any]
-    origin: str
-    results: list[ItemOutcome | None]
-    rejections: list[RejectedRow] = field(default_factory=list)
-    accepted: list[tuple[int, EventRecord]] = field(default_factory=list)  # first valid occurrence of each id
-    repeats: list[tuple[int, EventRecord]] = field(default_factory=list)  # later occurrences in the batch
-    first_seen: dict[str, int] = field(default_factory=dict)
+
+class PreparedBatch:
+    """A batch on its way to the store: what each item is, before the store has a say.
+
+    Items are validated in event_id order, on demand: ``new_records`` hands out each event_id's
+    first valid occurrence while later items are still unchecked, so a store can write one event
+    while the next is validated (Postgres: the server inserts rows while this process validates
+    more). ``finish`` validates whatever is left; afterwards every list below is in item order.
+    """
+
+    def __init__(self, items: Sequence[Any], origin: str, check: Check):
+        self.items = items
+        self.origin = origin
+        self.results: list[ItemOutcome | None] = [None] * len(items)
+        self.rejections: list[RejectedRow] = []
+        self.accepted: list[tuple[int, EventRecord]] = []  # first valid occurrence of each id
+        self.repeats: list[tuple[int, EventRecord]] = []  # later occurrences in the batch
+        self.first_seen: dict[str, int] = {}
+        self._check = check
+        self._order, self.candidate_ids = _event_id_order(items)
+        self._next = 0  # how much of _order is validated
+        self._new: list[EventRecord] = []  # accepted records, in event_id order
+        self._rejected: list[tuple[int, RejectedRow]] = []
+
+    def new_records(self) -> Iterator[EventRecord]:
+        """The accepted records in event_id order, validating as they are asked for.
+
+        Each call starts again from the first record (a store may iterate twice: a unit of work
+        retried, a fallback after a failed copy); nothing is validated twice.
+        """
+        position = 0
+        while True:
+            while position < len(self._new):
+                yield self._new[position]
+                position += 1
+            if self._next == len(self._order):
+                return
+            self._step()
+
+    def finish(self) -> None:
+        """Validate every remaining item and put the outcomes in item order."""
+        while self._next < len(self._order):
+            self._step()
+        self._rejected.sort(key=_first)
+        self.rejections = [row for _, row in self._rejected]
+        self.accepted.sort(key=_first)
+        self.repeats.sort(key=_first)
+
+    def _step(self) -> None:
+        index = self._order[self._next]
+        self._next += 1
+        item = self.items[index]
+        checked = self._check(item)
+        if isinstance(checked, Rejection):
+            event_id = _hint(item, "event_id")
+            cloud = _hint(item, "cloud")
+            self.results[index] = ItemOutcome(index, event_id, "rejected", cloud, checked.reason, checked.message)
+            self._rejected.append(
+                (index, RejectedRow(checked.reason, checked.message, self.origin, raw_json(item), cloud, event_id))
+            )
+        elif checked.event_id in self.first_seen:  # equal ids go in item order: the first valid one wins
+            self.repeats.append((index, checked))
+        else:
+            self.first_seen[checked.event_id] = index
+            self.accepted.append((index, checked))
+            self._new.append(checked)
+
+
+def _first(pair: tuple[int, Any]) -> int:
+    return pair[0]
+
+
+def _event_id_order(items: Sequence[Any]) -> tuple[list[int], list[str]]:
+    """Item positions in event_id order (ties in item order), and the distinct ids worth looking up.
+
+    The order is taken from the raw items, before validation: an accepted record keeps its item's
+    event_id, and an item without a string event_id is never accepted, so those go last. The ids
+    worth looking up are those a valid event could have (1-200 characters, no NUL, UTF-8): the
+    others could not even be sent to the database as a parameter.
+    """
+    ids: list[str] = []
+    positions: list[int] = []
+    rest: list[int] = []
+    for index, item in enumerate(items):
+        event_id = dict.get(item, "event_id") if isinstance(item, dict) else None
+        if isinstance(event_id, str):
+            ids.append(event_id if type(event_id) is str else str.__str__(event_id))  # a str subclass sorts as its str
+            positions.append(index)
+        else:
+            rest.append(index)
+    by_id = sorted(range(len(ids)), key=ids.__getitem__)  # stable: equal ids keep item order
+    order = [positions[k] for k in by_id]
+    order += rest
+    candidates: list[str] = []
+    previous = None
+    for k in by_id:
+        event_id = ids[k]
+        if event_id != previous and _may_be_stored(event_id):
+            candidates.append(event_id)
+        previous = event_id
+    return order, candidates
+
+
+def _may_be_stored(event_id: str) -> bool:
+    if not 0 < len(event_id) <= 200 or "\x00" in event_id:
+        return False
+    if event_id.isascii():
+        return True
+    try:
+        event_id.encode("utf-8")
+    except UnicodeEncodeError:  # a lone surrogate
+        return False
+    return True
 
 
 @dataclass
@@ -138,6 +245,16 @@ def _hint(item: Any, key: str) -> str | None:
     return None
 
 
+@dataclass(frozen=True, slots=True)
+class _Restartable:
+    """An iterable that can be walked again: each ``iter`` calls the function anew."""
+
+    start: Callable[[], Iterator[EventRecord]]
+
+    def __iter__(self) -> Iterator[EventRecord]:
+        return self.start()
+
+
 def _utcnow() -> datetime:
     return datetime.now(UTC)
 
@@ -174,7 +291,7 @@ class Ingestor:
         kept with dead-letter rows. ``may_write`` decides which clouds this writer may write;
         ``sources`` which ``source`` values it may claim (only reconciliation writes its own).
         """
-        return self.commit(self.prepare(items, origin=origin, may_write=may_write, sources=sources))
+        return self.commit(self._batch(items, origin, may_write, sources))
 
     def prepare(
         self,
@@ -185,45 +302,58 @@ class Ingestor:
         sources: tuple[str, ...] = ("collector",),
     ) -> PreparedBatch:
         """Validate a batch and find its in-batch repeats: CPU only, nothing touches the store."""
-        if len(items) > MAX_BATCH:
-            raise BatchTooLarge(len(items))
-        batch = PreparedBatch(items, origin, [None] * len(items))
-        first_seen = batch.first_seen
-        for index, item in enumerate(items):
-            checked = validate_event(item, self.registry)
-            if not isinstance(checked, Rejection):
-                if not may_write(checked.cloud):
-                    checked = Rejection("forbidden_cloud",
-                                        f"forbidden_cloud: cloud: this token may not write {checked.cloud!r}")
-                elif checked.source not in sources:
-                    checked = Rejection(
-                        "forbidden_source",
-                        f"forbidden_source: source: {checked.source!r} is written only by reconciliation",
-                    )
-            if isinstance(checked, Rejection):
-                event_id = _hint(item, "event_id")
-                cloud = _hint(item, "cloud")
-                batch.results[index] = ItemOutcome(index, event_id, "rejected", cloud, checked.reason, checked.message)
-                batch.rejections.append(RejectedRow(checked.reason, checked.message, origin, raw_json(item), cloud, event_id))
-            elif checked.event_id in first_seen:
-                batch.repeats.append((index, checked))
-            else:
-                first_seen[checked.event_id] = index
-                batch.accepted.append((index, checked))
+        batch = self._batch(items, origin, may_write, sources)
+        batch.finish()
         return batch
 
+    def _batch(
+        self, items: Sequence[Any], origin: str, may_write: Callable[[str], bool], sources: tuple[str, ...]
+    ) -> PreparedBatch:
+        """A batch not validated yet: ``commit`` validates it while the store writes."""
+        if len(items) > MAX_BATCH:
+            raise BatchTooLarge(len(items))
+        registry = self.registry
+
+        def check(item: Any) -> EventRecord | Rejection:
+            checked = validate_event(item, registry)
+            if isinstance(checked, Rejection):
+                return checked
+            if not may_write(checked.cloud):
+                return Rejection("forbidden_cloud", f"forbidden_cloud: cloud: this token may not write {checked.cloud!r}")
+            if checked.source not in sources:
+                return Rejection(
+                    "forbidden_source",
+                    f"forbidden_source: source: {checked.source!r} is written only by reconciliation",
+                )
+            return checked
+
+        return PreparedBatch(items, origin, check)
+
     def commit(self, batch: PreparedBatch) -> BatchOutcome:
-        """Store a prepared batch in one transaction and say what became of each item."""
+        """Store a batch in one transaction and say what became of each item.
+
+        A store that takes events as a stream gets them while the batch is still being validated;
+        any other gets the whole list, in item order, once validation is done.
+        """
         items, origin = batch.items, batch.origin
-        accepted, repeats = batch.accepted, batch.repeats
+        streaming = self.store.streams_events
+        if not streaming:
+            batch.finish()  # validate before taking a connection, the store's lock or file
 
         def work(uow: UnitOfWork) -> tuple[set[str], dict[str, str]]:
             received_at = self.clock()
-            records = [record for _, record in accepted]
-            inserted = uow.insert_events(records, received_at)
-            held = {r.event_id for r in records if r.event_id not in inserted}
-            winners = {r.event_id: r.content_hash for r in records if r.event_id in inserted}
-            winners.update(uow.content_hashes(sorted(held)))
+            if streaming:
+                inserted = uow.insert_event_stream(batch.candidate_ids, _Restartable(batch.new_records), received_at)
+                batch.finish()
+            else:
+                inserted = uow.insert_events([record for _, record in batch.accepted], received_at)
+            accepted, repeats = batch.accepted, batch.repeats
+            # The winner of an id (first write wins) is the stored row when the id was held already,
+            # else the record just inserted; only the held ones need asking for, and the inserted
+            # ones matter only to their repeats.
+            winners = uow.content_hashes(sorted(r.event_id for _, r in accepted if r.event_id not in inserted))
+            if repeats:
+                winners.update({r.event_id: r.content_hash for _, r in accepted if r.event_id in inserted})
             conflicts = [
                 RejectedRow(
                     "duplicate_conflict",
@@ -234,22 +364,19 @@ class Ingestor:
                     r.cloud,
                     r.event_id,
                 )
-                for i, r in (*accepted, *repeats)
+                for i, r in ((*accepted, *repeats) if winners else ())
                 if winners.get(r.event_id, r.content_hash) != r.content_hash
             ]
             uow.insert_rejections([*batch.rejections, *conflicts], received_at)
-            activity: dict[tuple[str, str], int] = {}
-            for record in records:
-                if record.event_id in inserted:
-                    activity[(record.cloud, record.source)] = activity.get((record.cloud, record.source), 0) + 1
-            uow.note_activity(activity, received_at)
+            activity = Counter((r.cloud, r.source) for _, r in accepted if r.event_id in inserted)
+            uow.note_activity(dict(activity), received_at)
             return inserted, winners
 
         inserted, winners = self.store.run(work)
 
         results = batch.results
         outcome = BatchOutcome(results=[], rejected=len(batch.rejections))
-        for index, record in (*accepted, *repeats):
+        for index, record in (*batch.accepted, *batch.repeats):
             if index == batch.first_seen[record.event_id] and record.event_id in inserted:
                 results[index] = ItemOutcome(index, record.event_id, "stored", record.cloud)
                 outcome.stored += 1
@@ -277,13 +404,10 @@ class Ingestor:
         """Ingest any number of items, one transaction per batch of ``batch_size``; yields each batch's outcome.
 
         Batches go one after the other: overlapping validation with the store in a second thread
-        was measured slower here (the two fight over the GIL), so the simple loop stays.
+        was measured slower here (the two fight over the GIL). Within a batch they do overlap, in
+        one thread: see ``commit``.
         """
-        batch: list[Any] = []
-        for item in items:
-            batch.append(item)
-            if len(batch) >= batch_size:
-                yield self.ingest(batch, origin=origin, may_write=may_write, sources=sources)
-                batch = []
-        if batch:
+        pending = iter(items)
+        size = max(batch_size, 1)  # as before: a batch_size below 1 meant one item per batch
+        while batch := list(islice(pending, size)):
             yield self.ingest(batch, origin=origin, may_write=may_write, sources=sources)

@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import hashlib
 import math
-from dataclasses import dataclass
+import re
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Annotated, Any, Literal
 
@@ -16,7 +17,7 @@ import orjson
 from pydantic import BaseModel, ConfigDict, StringConstraints, ValidationError
 
 from tally_pipeline.core.registry import SizeSchemaRegistry
-from tally_pipeline.core.timeutil import TimestampError, format_rfc3339, parse_rfc3339
+from tally_pipeline.core.timeutil import TimestampError, format_rfc3339, parse_rfc3339_iso
 from tally_pipeline.core.verbs import Verb, verb_of
 
 MAX_PAYLOAD_BYTES = 64 * 1024
@@ -70,6 +71,20 @@ class EventRecord:
     payload: dict[str, Any]
     payload_json: str
     content_hash: str
+    # occurred_at.isoformat() as validation made it for the content hash, and the instant it is the
+    # text of: see occurred_at_iso.
+    _occurred_at_text: str = field(default="", repr=False, compare=False)
+    _occurred_at_text_of: datetime | None = field(default=None, repr=False, compare=False)
+
+    def occurred_at_iso(self) -> str:
+        """``occurred_at.isoformat()``, without formatting it again if validation already did.
+
+        A store that writes rows as text needs it, and formatting a datetime costs more than the
+        rest of a row; the kept text is used only while occurred_at is the instant it was made from.
+        """
+        if self.occurred_at is self._occurred_at_text_of:
+            return self._occurred_at_text
+        return self.occurred_at.isoformat()
 
     def envelope(self) -> dict[str, Any]:
         """The event as it would be sent again: the envelope fields only."""
@@ -98,7 +113,22 @@ class Rejection:
 
 
 def validate_event(item: Any, registry: SizeSchemaRegistry) -> EventRecord | Rejection:
-    """Validate one received item against the envelope and its type's size schema."""
+    """Validate one received item against the envelope and its type's size schema.
+
+    Well-formed envelopes take a shortcut past the pydantic model (most of the cost of a valid
+    event); the shortcut only ever accepts. Whatever it is unsure of, and every item that is
+    refused, goes through ``validate_event_reference``, so each result is exactly the model's.
+    """
+    fields = _plain_envelope(item)
+    if fields is not None:
+        checked = _normalise(*fields, registry)
+        if not isinstance(checked, Rejection):
+            return checked
+    return validate_event_reference(item, registry)
+
+
+def validate_event_reference(item: Any, registry: SizeSchemaRegistry) -> EventRecord | Rejection:
+    """The rule itself (the pydantic envelope, then the checks that need the registry); slower."""
     if not isinstance(item, dict):
         return Rejection("invalid_item", f"item: expected a JSON object, got {_json_type(item)}")
     unknown = item.keys() - _ENVELOPE_FIELD_SET
@@ -112,36 +142,136 @@ def validate_event(item: Any, registry: SizeSchemaRegistry) -> EventRecord | Rej
         env = Envelope.model_validate(item)
     except ValidationError as exc:
         return _rejection_from(exc)
+    return _normalise(env.event_id, env.event_type, env.cloud, env.resource_type, env.resource_id,
+                      env.project_id, env.occurred_at, env.source, env.payload, registry)
+
+
+_Fields = tuple[str, str, str, str, str, "str | None", str, str, dict[str, Any]]
+
+_MISSING: Any = object()
+_CLOUD = re.compile(CLOUD_PATTERN[1:-1])  # fullmatch instead of ^…$: Python's $ also matches before a final \n
+_EVENT_TYPE = re.compile(EVENT_TYPE_PATTERN[1:-1])
+_SOURCES = frozenset(("collector", "reconciliation"))
+# Clouds and event types repeat endlessly; a value once matched is not matched again. Bounded.
+_KNOWN_CACHE_MAX = 4096
+_known_clouds: set[str] = set()
+_known_event_types: set[str] = set()
+
+
+def _plain_envelope(item: Any) -> _Fields | None:
+    """The envelope's fields when the model would surely accept ``item`` as is, else None.
+
+    Only exact ``dict`` and ``str`` values are taken (the model converts subclasses); each bound
+    below is the model's own. A string the model refuses that these checks miss (a lone surrogate)
+    cannot be written as JSON, so ``_normalise`` refuses it and the caller asks the model.
+    """
+    if type(item) is not dict:
+        return None
+    get = item.get
+    event_id = get("event_id")
+    event_type = get("event_type")
+    cloud = get("cloud")
+    resource_type = get("resource_type")
+    resource_id = get("resource_id")
+    occurred_at = get("occurred_at")
+    if not (
+        type(event_id) is str and 0 < len(event_id) <= 200
+        and type(event_type) is str and (event_type in _known_event_types or _admit_event_type(event_type))
+        and type(cloud) is str and (cloud in _known_clouds or _admit_cloud(cloud))
+        and type(resource_type) is str and 0 < len(resource_type) <= 63
+        and type(resource_id) is str and 0 < len(resource_id) <= 255
+        and type(occurred_at) is str and len(occurred_at) <= 64
+    ):
+        return None
+    present = 6
+    project_id = get("project_id", _MISSING)
+    if project_id is _MISSING:
+        project_id = None
+    else:
+        present += 1
+        if project_id is not None and not (type(project_id) is str and 0 < len(project_id) <= 255):
+            return None
+    source = get("source", _MISSING)
+    if source is _MISSING:
+        source = "collector"
+    else:
+        present += 1
+        if type(source) is not str or source not in _SOURCES:
+            return None
+    payload = get("payload", _MISSING)
+    if payload is _MISSING:
+        payload = {}
+    else:
+        present += 1
+        if type(payload) is not dict:
+            return None
+        for key in payload:
+            if type(key) is not str:
+                return None
+        payload = dict(payload)  # the model hands over a copy too
+    if len(item) != present:  # a field outside the envelope
+        return None
+    return event_id, event_type, cloud, resource_type, resource_id, project_id, occurred_at, source, payload
+
+
+def _admit_event_type(event_type: str) -> bool:
+    if len(event_type) > 255 or _EVENT_TYPE.fullmatch(event_type) is None:
+        return False
+    if len(_known_event_types) < _KNOWN_CACHE_MAX:
+        _known_event_types.add(event_type)
+    return True
+
+
+def _admit_cloud(cloud: str) -> bool:
+    if _CLOUD.fullmatch(cloud) is None:
+        return False
+    if len(_known_clouds) < _KNOWN_CACHE_MAX:
+        _known_clouds.add(cloud)
+    return True
+
+
+def _normalise(
+    event_id: str,
+    event_type: str,
+    cloud: str,
+    resource_type: str,
+    resource_id: str,
+    project_id: str | None,
+    occurred_at: str,
+    source: str,
+    payload: dict[str, Any],
+    registry: SizeSchemaRegistry,
+) -> EventRecord | Rejection:
+    """The checks after the envelope's shape: time, type, verb, size, storable JSON; then the record."""
     try:
-        occurred_at = parse_rfc3339(env.occurred_at)
+        instant, instant_iso = parse_rfc3339_iso(occurred_at)
     except TimestampError as exc:
         return Rejection("invalid_timestamp", f"invalid_timestamp: occurred_at: {exc}")
-    if env.resource_type not in registry:
+    if resource_type not in registry:
         known = ", ".join(registry.names)
         return Rejection(
             "unknown_resource_type",
-            f"unknown_resource_type: resource_type: {env.resource_type!r} is not registered (known: {known})",
+            f"unknown_resource_type: resource_type: {resource_type!r} is not registered (known: {known})",
         )
-    verb = verb_of(env.event_type)
-    if verb == "create" and env.project_id is None:
-        return Rejection("missing_project_id", f"missing_project_id: project_id is required on a create ({env.event_type})")
-    size = env.payload.get("size")
+    verb = verb_of(event_type)
+    if verb == "create" and project_id is None:
+        return Rejection("missing_project_id", f"missing_project_id: project_id is required on a create ({event_type})")
+    size = payload.get("size")
     if size is None:
         if verb in ("create", "update"):
-            return Rejection("missing_size", f"missing_size: payload.size is required on a {verb} ({env.event_type})")
+            return Rejection("missing_size", f"missing_size: payload.size is required on a {verb} ({event_type})")
     else:
-        problem = registry[env.resource_type].size_error(size)
+        problem = registry[resource_type].size_error(size)
         if problem is not None:
             return Rejection("size_schema", f"size_schema: {problem}")
     try:
-        payload_json = orjson.dumps(env.payload, option=orjson.OPT_SORT_KEYS)
+        payload_json = orjson.dumps(payload, option=orjson.OPT_SORT_KEYS)
         canonical = orjson.dumps(
-            [env.event_id, env.event_type, env.cloud, env.resource_type, env.resource_id,
-             env.project_id, occurred_at.isoformat(), env.source],
+            [event_id, event_type, cloud, resource_type, resource_id, project_id, instant_iso, source],
         )
     except (TypeError, orjson.JSONEncodeError) as exc:
         return Rejection("invalid_payload", f"invalid_payload: cannot be stored as JSON: {exc}")
-    if b"null" in payload_json and _has_non_finite(env.payload):
+    if b"null" in payload_json and _has_non_finite(payload):
         # orjson writes an infinity (a JSON number like 1e400) or NaN as null: refuse rather than change the data.
         return Rejection("invalid_payload", "invalid_payload: a number is out of range (beyond a 64-bit float)")
     if len(payload_json) > MAX_PAYLOAD_BYTES:
@@ -154,19 +284,9 @@ def validate_event(item: Any, registry: SizeSchemaRegistry) -> EventRecord | Rej
         return Rejection("invalid_field", "invalid_field: strings must not contain the NUL character (\\u0000)")
     digest = hashlib.blake2b(canonical, digest_size=16)
     digest.update(payload_json)
-    return EventRecord(
-        event_id=env.event_id,
-        event_type=env.event_type,
-        verb=verb,
-        cloud=env.cloud,
-        resource_type=env.resource_type,
-        resource_id=env.resource_id,
-        project_id=env.project_id,
-        occurred_at=occurred_at,
-        source=env.source,
-        payload=env.payload,
-        payload_json=payload_json.decode(),
-        content_hash=digest.hexdigest(),
+    return EventRecord(  # positionally: keywords cost a third of the constructor
+        event_id, event_type, verb, cloud, resource_type, resource_id, project_id, instant, source,
+        payload, payload_json.decode(), digest.hexdigest(), instant_iso, instant,
     )
 
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import abc
 import random
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime
@@ -72,6 +72,17 @@ class UnitOfWork(abc.ABC):
     def insert_events(self, records: Sequence[EventRecord], received_at: datetime) -> set[str]:
         """Insert records whose event_id is new; return the ids inserted. Existing ids are left alone."""
 
+    def insert_event_stream(
+        self, event_ids: Sequence[str], records: Iterable[EventRecord], received_at: datetime
+    ) -> set[str]:
+        """``insert_events`` for records that arrive one at a time, in event_id order.
+
+        ``event_ids`` is sorted and holds the id of every record that can come (and maybe more);
+        ``records`` may be iterated again, from the start. Returns the ids inserted. The ingest
+        core uses it only with a store whose ``streams_events`` is true.
+        """
+        return self.insert_events(list(records), received_at)
+
     @abc.abstractmethod
     def content_hashes(self, event_ids: Sequence[str]) -> dict[str, str]:
         """The stored content hash of each given event_id that exists."""
@@ -116,6 +127,9 @@ class Store(abc.ABC):
     url: str
     #: How long ``run`` keeps retrying a busy or conflicting unit before giving up with StoreBusy.
     retry_budget_s: float = 30.0
+    #: Whether the ingest core hands a batch's events to ``UnitOfWork.insert_event_stream`` while it
+    #: is still validating the batch, rather than validating first and calling ``insert_events``.
+    streams_events: bool = False
 
     @abc.abstractmethod
     @contextmanager

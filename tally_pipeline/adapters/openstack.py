@@ -75,10 +75,6 @@ class OpenStackAdapter:
         #: The microversion asked of nova, once servers were listed.
         self.nova_microversion: str | None = None
 
-    @classmethod
-    def from_config(cls, cloud: str, config: OpenStackCloud) -> OpenStackAdapter:
-        return cls(cloud, config)
-
     # --- connection ------------------------------------------------------------------------
 
     @property

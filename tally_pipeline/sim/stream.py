@@ -211,14 +211,6 @@ class CollectorStream:
         """The events delivered in ``(after, until]``, as envelope dicts (fresh copies), in arrival order."""
         return [copy_event(d.event) for d in self.deliveries(after, until, cloud=cloud)]
 
-    @property
-    def first_delivery(self) -> datetime | None:
-        return self._times[0] if self._times else None
-
-    @property
-    def last_delivery(self) -> datetime | None:
-        return self._times[-1] if self._times else None
-
     def lost(self, verb: str, cloud: str | None = None) -> frozenset[ResourceKey]:
         """Resources that lost at least one event of the verb (``create``, ``update``, ``delete``, ``note``)."""
         return frozenset(k for k in self._lost_by_verb[verb] if cloud is None or k.cloud == cloud)

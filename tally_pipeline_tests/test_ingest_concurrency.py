@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import multiprocessing as mp
 import threading
 import uuid
 from collections import Counter
@@ -20,6 +19,7 @@ from tally_pipeline.store import open_store
 from tally_pipeline.store.postgres_store import PostgresUnitOfWork
 from tally_pipeline_tests.events import event
 from tally_pipeline_tests.faults import wait_until
+from tally_pipeline_tests.processes import SPAWN, run_processes
 
 
 def _events(prefix: str, n: int) -> list[dict]:
@@ -45,16 +45,8 @@ def _writer(url: str, prefix: str, n: int, worker: int, barrier, results) -> Non
 
 def _race(url: str, workers: int, n: int) -> tuple[str, Counter]:
     prefix = uuid.uuid4().hex[:8]
-    ctx = mp.get_context("spawn")
-    barrier = ctx.Barrier(workers)
-    results = ctx.Queue()
-    procs = [ctx.Process(target=_writer, args=(url, prefix, n, w, barrier, results)) for w in range(workers)]
-    for p in procs:
-        p.start()
-    collected = [results.get(timeout=120) for _ in procs]
-    for p in procs:
-        p.join(timeout=60)
-        assert p.exitcode == 0
+    barrier = SPAWN.Barrier(workers)
+    collected = run_processes(_writer, [(url, prefix, n, w, barrier) for w in range(workers)])
     stored_by = Counter(eid for _, ids in collected for eid in ids)
     return prefix, stored_by
 

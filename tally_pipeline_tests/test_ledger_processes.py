@@ -3,7 +3,6 @@ killed (SIGKILL) between posting and advancing its checkpoints leaves neither be
 
 from __future__ import annotations
 
-import multiprocessing as mp
 import os
 import signal
 import threading
@@ -20,10 +19,10 @@ from tally_pipeline.ledger.verify import verify
 from tally_pipeline.schemas import default_registry
 from tally_pipeline.store import open_store
 from tally_pipeline_tests.ledger_data import DAY, HOUR, T0, Row, checkpoints, insert, model_usage, posted_total, vm
+from tally_pipeline_tests.processes import SPAWN, run_processes
 
 LAG, WINDOW = 900, 35
 LAG_DELTA = timedelta(seconds=LAG)
-CTX = mp.get_context("spawn")
 
 
 def fleet(projects: int) -> list[Row]:
@@ -79,15 +78,8 @@ def poster(url: str, hours_after_t0: int, barrier, first, overlapped, results) -
 
 
 def race(url: str, hours: tuple[int, int]) -> tuple[list[tuple], int]:
-    barrier, first, overlapped = CTX.Barrier(2), CTX.Value("i", 0), CTX.Value("i", 0)
-    results = CTX.Queue()
-    procs = [CTX.Process(target=poster, args=(url, h, barrier, first, overlapped, results)) for h in hours]
-    for proc in procs:
-        proc.start()
-    outcomes = [results.get(timeout=120) for _ in procs]
-    for proc in procs:
-        proc.join(timeout=60)
-        assert proc.exitcode == 0
+    barrier, first, overlapped = SPAWN.Barrier(2), SPAWN.Value("i", 0), SPAWN.Value("i", 0)
+    outcomes = run_processes(poster, [(url, h, barrier, first, overlapped) for h in hours])
     return outcomes, overlapped.value
 
 
@@ -152,8 +144,8 @@ def killed_poster(url: str, ready) -> None:
 def test_a_poster_killed_between_posting_and_advancing_leaves_neither(store_url, registry) -> None:
     rows = fleet(3)  # 9 entities: batches p000 | p001 | p002
     prepared(store_url, rows)
-    ready = CTX.Event()
-    child = CTX.Process(target=killed_poster, args=(store_url, ready))
+    ready = SPAWN.Event()
+    child = SPAWN.Process(target=killed_poster, args=(store_url, ready))
     child.start()
     try:
         assert ready.wait(timeout=120), "the poster never reached the injected point"

@@ -17,7 +17,7 @@ from typing import Any, Literal
 
 import orjson
 
-from tally_pipeline.core.envelope import EventRecord, Rejection, validate_event
+from tally_pipeline.core.envelope import EVENT_ID_MAX, EventRecord, Rejection, validate_event
 from tally_pipeline.core.registry import SizeSchemaRegistry
 from tally_pipeline.store.base import RejectedRow, Store, UnitOfWork
 
@@ -132,8 +132,8 @@ def _event_id_order(items: Sequence[Any]) -> tuple[list[int], list[str]]:
 
     The order is taken from the raw items, before validation: an accepted record keeps its item's
     event_id, and an item without a string event_id is never accepted, so those go last. The ids
-    worth looking up are those a valid event could have (1-200 characters, no NUL, UTF-8): the
-    others could not even be sent to the database as a parameter.
+    worth looking up are those a valid event could have (1 to EVENT_ID_MAX characters, no NUL,
+    UTF-8): the others could not even be sent to the database as a parameter.
     """
     ids: list[str] = []
     positions: list[int] = []
@@ -159,7 +159,7 @@ def _event_id_order(items: Sequence[Any]) -> tuple[list[int], list[str]]:
 
 
 def _may_be_stored(event_id: str) -> bool:
-    if not 0 < len(event_id) <= 200 or "\x00" in event_id:
+    if not 0 < len(event_id) <= EVENT_ID_MAX or "\x00" in event_id:
         return False
     if event_id.isascii():
         return True

@@ -34,6 +34,13 @@ ENVELOPE_FIELDS = (
 )
 _ENVELOPE_FIELD_SET = frozenset(ENVELOPE_FIELDS)
 CLOUD_PATTERN = r"^[A-Za-z0-9_.-]{1,63}$"
+# Length bounds of the envelope's strings, shared by the model and the shortcut past it.
+EVENT_ID_MAX = 200
+EVENT_TYPE_MAX = 255
+RESOURCE_TYPE_MAX = 63
+RESOURCE_ID_MAX = 255
+PROJECT_ID_MAX = 255
+OCCURRED_AT_MAX = 64
 EVENT_TYPE_PATTERN = r"^[a-z0-9_-]+(\.[a-z0-9_-]+)*$"
 
 Source = Literal["collector", "reconciliation"]
@@ -44,13 +51,13 @@ class Envelope(BaseModel):
 
     model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
 
-    event_id: Annotated[str, StringConstraints(min_length=1, max_length=200)]
-    event_type: Annotated[str, StringConstraints(max_length=255, pattern=EVENT_TYPE_PATTERN)]
+    event_id: Annotated[str, StringConstraints(min_length=1, max_length=EVENT_ID_MAX)]
+    event_type: Annotated[str, StringConstraints(max_length=EVENT_TYPE_MAX, pattern=EVENT_TYPE_PATTERN)]
     cloud: Annotated[str, StringConstraints(pattern=CLOUD_PATTERN)]
-    resource_type: Annotated[str, StringConstraints(min_length=1, max_length=63)]
-    resource_id: Annotated[str, StringConstraints(min_length=1, max_length=255)]
-    project_id: Annotated[str, StringConstraints(min_length=1, max_length=255)] | None = None
-    occurred_at: Annotated[str, StringConstraints(max_length=64)]
+    resource_type: Annotated[str, StringConstraints(min_length=1, max_length=RESOURCE_TYPE_MAX)]
+    resource_id: Annotated[str, StringConstraints(min_length=1, max_length=RESOURCE_ID_MAX)]
+    project_id: Annotated[str, StringConstraints(min_length=1, max_length=PROJECT_ID_MAX)] | None = None
+    occurred_at: Annotated[str, StringConstraints(max_length=OCCURRED_AT_MAX)]
     source: Source = "collector"
     payload: dict[str, Any] = {}
 
@@ -175,12 +182,12 @@ def _plain_envelope(item: Any) -> _Fields | None:
     resource_id = get("resource_id")
     occurred_at = get("occurred_at")
     if not (
-        type(event_id) is str and 0 < len(event_id) <= 200
+        type(event_id) is str and 0 < len(event_id) <= EVENT_ID_MAX
         and type(event_type) is str and (event_type in _known_event_types or _admit_event_type(event_type))
         and type(cloud) is str and (cloud in _known_clouds or _admit_cloud(cloud))
-        and type(resource_type) is str and 0 < len(resource_type) <= 63
-        and type(resource_id) is str and 0 < len(resource_id) <= 255
-        and type(occurred_at) is str and len(occurred_at) <= 64
+        and type(resource_type) is str and 0 < len(resource_type) <= RESOURCE_TYPE_MAX
+        and type(resource_id) is str and 0 < len(resource_id) <= RESOURCE_ID_MAX
+        and type(occurred_at) is str and len(occurred_at) <= OCCURRED_AT_MAX
     ):
         return None
     present = 6
@@ -189,7 +196,7 @@ def _plain_envelope(item: Any) -> _Fields | None:
         project_id = None
     else:
         present += 1
-        if project_id is not None and not (type(project_id) is str and 0 < len(project_id) <= 255):
+        if project_id is not None and not (type(project_id) is str and 0 < len(project_id) <= PROJECT_ID_MAX):
             return None
     source = get("source", _MISSING)
     if source is _MISSING:
@@ -215,7 +222,7 @@ def _plain_envelope(item: Any) -> _Fields | None:
 
 
 def _admit_event_type(event_type: str) -> bool:
-    if len(event_type) > 255 or _EVENT_TYPE.fullmatch(event_type) is None:
+    if len(event_type) > EVENT_TYPE_MAX or _EVENT_TYPE.fullmatch(event_type) is None:
         return False
     if len(_known_event_types) < _KNOWN_CACHE_MAX:
         _known_event_types.add(event_type)

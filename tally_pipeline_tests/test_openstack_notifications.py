@@ -1,8 +1,11 @@
-"""OpenStack notifications (legacy shape, as each service emits it) mapped to our envelope.
+"""OpenStack notifications, as each service emits them, mapped to our envelope.
 
-The payloads are written by hand after the services' notification code and docs: nova's
-``info_from_instance``, cinder's ``_usage_from_volume`` (type by *id*), neutron's API notifier,
-glance's ``format_image_notification`` and octavia's provider-driver load balancer dict.
+Where the projects publish samples they are used as published (fixtures/openstack/notifications,
+see SOURCES.md there): nova's doc/notification_samples (versioned), ceilometer's legacy fixtures
+for nova, cinder and glance, octavia's documented example. Neutron publishes no floating IP
+create/delete sample, nor glance an image.create / image.activate one, nor octavia its worker's
+provider-driver dict: those are written by hand after the services' code (neutron's API notifier,
+glance's ``format_image_notification``, octavia's notification tasks).
 """
 
 from __future__ import annotations
@@ -14,56 +17,51 @@ from typing import Any
 
 import pytest
 
-from tally_pipeline.collector.openstack import Unmapped, map_notification
+from tally_pipeline.collector.openstack import NotificationOutcomes, Unmapped, map_notification, map_notifications
+from tally_pipeline.collector.openstack_nova import ACTIONS, LEGACY_TYPES, VERSIONED_TYPES
 from tally_pipeline.core.envelope import EventRecord, validate_event
+from tally_pipeline.core.verbs import verb_of
 from tally_pipeline.schemas import default_registry
+from tally_pipeline_tests.openstack_samples import SAMPLES, sample, versioned_sample
 
 PROJECT = "6d2bb2ba2f2d4f0c9e3b1d5c0a7e8f90"
 USER = "0c5e4a1f9b2d4e7a8c3b6d9e1f2a4b5c"
-SERVER = "b1946ac9-2ef6-4f7a-9b1e-3c2d5e6f7a8b"
-VOLUME = "8f0e7d6c-5b4a-4392-8170-6f5e4d3c2b1a"
-SSD_TYPE = "a3f1c2e4-6b5d-4e7f-8a9b-0c1d2e3f4a5b"
 FIP = "2a4c6e8f-1b3d-4f5a-9c7e-0d2f4a6b8c1e"
 EXT_NET = "e7c1b2a3-4d5e-4f60-8a9b-c0d1e2f3a4b5"
 IMAGE = "f3b9a1c2-7d4e-4b5f-8a6c-9d0e1f2a3b4c"
 LB = "5c8e1f2a-3b4d-4e6f-9a0b-1c2d3e4f5a6b"
 
-
-def _nova(event_type: str, message_id: str, timestamp: str, **payload: Any) -> dict[str, Any]:
-    body = {
-        "tenant_id": PROJECT, "user_id": USER, "instance_id": SERVER, "display_name": "web-1",
-        "hostname": "web-1", "reservation_id": "r-3kq9x2mb", "host": "cmp-0042", "node": "cmp-0042.example.org",
-        "availability_zone": "nova", "cell_name": "", "instance_type": "m1.small", "instance_type_id": 2,
-        "instance_flavor_id": "2", "memory_mb": 2048, "vcpus": 1, "root_gb": 20, "ephemeral_gb": 0,
-        "disk_gb": 20, "state": "active", "state_description": "", "progress": "",
-        "created_at": "2026-03-01 08:00:12+00:00", "launched_at": "2026-03-01T08:00:40.981234",
-        "terminated_at": "", "deleted_at": "", "architecture": "x86_64", "os_type": None, "kernel_id": "",
-        "ramdisk_id": "", "image_ref_url": "http://glance.example.org:9292/images/" + IMAGE,
-        "image_meta": {"base_image_ref": IMAGE, "min_disk": "20", "container_format": "bare"},
-        "metadata": {}, "access_ip_v4": None, "access_ip_v6": None, "message": "Success",
-        "fixed_ips": [{"address": "10.0.0.12", "type": "fixed", "version": 4, "label": "private",
-                       "vif_mac": "fa:16:3e:11:22:33", "floating_ips": [], "meta": {}}],
-    }
-    body.update(payload)
-    return {
-        "message_id": message_id, "event_type": event_type, "publisher_id": "compute.cmp-0042",
-        "priority": "INFO", "timestamp": timestamp, "_context_request_id": "req-7d1c0f3e",
-        "_context_project_id": PROJECT, "_context_user_id": USER, "payload": body,
-    }
+# Identities in the official samples.
+CEILO_SERVER, CEILO_PROJECT = "9f9d01b9-4a58-4271-9e27-398b21ab20d1", "7c150a59fe714e6f9263774af9688f0e"
+RESIZED_SERVER, RESIZED_PROJECT = "648e8963-6886-4c3c-98f9-4511c292f86b", "cea4b25edb484e5392727181b7721d29"
+NOVA_SERVER, NOVA_PROJECT = "178b0921-8f85-4257-88b6-2e743b5a975c", "6f70656e737461636b20342065766572"
+CEILO_VOLUME, CEILO_VOLUME_PROJECT = "cccccccc-cccc-cccc-cccccccccccc", "7ffe17a15c724e2aa79fc839540aec15"
+CEILO_VOLUME_TYPE = "3a9a398b-7e3b-40da-b09e-2115ad8cd68b"
+OCTAVIA_LB, OCTAVIA_PROJECT = "8d4c8f66-7ac1-408e-82d5-59f6fcdea9ee", "qs59p6z696cp9cho8ze96edddvpfyvgz"
+SAMPLE_TIME = "2012-10-29 13:45:00.000001"  # nova's samples carry no timestamp: the tests give one
 
 
-def _cinder(event_type: str, message_id: str, timestamp: str, **payload: Any) -> dict[str, Any]:
-    body = {
-        "tenant_id": PROJECT, "user_id": USER, "host": "cinder-vol-01@lvm#lvm", "availability_zone": "nova",
-        "volume_id": VOLUME, "volume_type": SSD_TYPE, "display_name": "data",
-        "launched_at": "2026-03-01T08:05:09.212134+00:00", "created_at": "2026-03-01T08:05:01+00:00",
-        "status": "available", "snapshot_id": None, "size": 100, "replication_status": None,
-        "replication_extended_status": None, "replication_driver_data": None, "metadata": [],
-        "volume_attachment": [],
-    }
-    body.update(payload)
-    return {"message_id": message_id, "event_type": event_type, "publisher_id": "volume.cinder-vol-01@lvm",
-            "priority": "INFO", "timestamp": timestamp, "payload": body}
+def legacy(name: str, **payload: Any) -> dict[str, Any]:
+    """A ceilometer legacy fixture (nova/legacy/<name>.json), payload fields overridden."""
+    message = copy.deepcopy(sample(f"nova/legacy/{name}.json"))
+    message["payload"].update(payload)
+    return message
+
+
+def legacy_delete_end() -> dict[str, Any]:
+    # No legacy delete.end sample is published: the delete.start fixture with what nova's delete
+    # sets before the end (state, terminated_at, deleted_at in null_safe_isotime's shape).
+    message = legacy("compute.instance.delete.start", state="deleted", state_description="",
+                     terminated_at="2012-05-08T20:24:14.000000", deleted_at="2012-05-08T20:24:14.811111")
+    message.update(event_type="compute.instance.delete.end", message_id="a15b94ee-0000-delete-end",
+                   timestamp="2012-05-08 20:24:14.824743")
+    return message
+
+
+def cinder(name: str, **payload: Any) -> dict[str, Any]:
+    message = copy.deepcopy(sample(f"cinder/{name}.json"))
+    message["payload"].update(payload)
+    return message
 
 
 FLOATINGIP = {
@@ -101,33 +99,67 @@ def _octavia(event_type: str, message_id: str, timestamp: str) -> dict[str, Any]
     }
 
 
-# (notification, what the envelope must say) — expected values written from the payloads above.
+TINY = {"flavor_name": "m1.tiny", "vcpus": 1, "ram_mb": 512, "disk_gb": 0}
+# (notification, what the envelope must say) — expected values read off the samples.
 CASES: list[tuple[str, dict[str, Any], dict[str, Any]]] = [
-    ("nova create", _nova("compute.instance.create.end", "msg-nova-create", "2026-03-01 08:00:41.512306"),
-     {"resource_type": "instance", "resource_id": SERVER, "project_id": PROJECT, "verb": "create",
-      "occurred_at": "2026-03-01T08:00:12Z",  # created_at, not the message's time
+    ("nova create", sample("nova/legacy/compute.instance.create.end.json"),
+     {"event_type": "compute.instance.create.end", "resource_type": "instance", "resource_id": CEILO_SERVER,
+      "project_id": CEILO_PROJECT, "verb": "create",
+      "occurred_at": "2012-05-08T20:23:41Z",  # created_at, not the message's time
+      "size": TINY}),
+    ("nova delete", legacy_delete_end(),
+     {"event_type": "compute.instance.delete.end", "resource_type": "instance", "resource_id": CEILO_SERVER,
+      "project_id": CEILO_PROJECT, "verb": "delete", "occurred_at": "2012-05-08T20:24:14.811111Z", "size": None}),
+    ("nova finish resize", sample("nova/legacy/compute.instance.finish_resize.end.json"),
+     {"event_type": "compute.instance.finish_resize.end", "resource_type": "instance", "resource_id": RESIZED_SERVER,
+      "project_id": RESIZED_PROJECT, "verb": "update", "occurred_at": "2013-01-04T15:10:17.436974Z",
       "size": {"flavor_name": "m1.small", "vcpus": 1, "ram_mb": 2048, "disk_gb": 20}}),
-    ("nova delete", _nova("compute.instance.delete.end", "msg-nova-delete", "2026-03-02 10:15:04.000211",
-                          state="deleted", terminated_at="2026-03-02T10:15:02.871234",
-                          deleted_at="2026-03-02 10:15:03.117311+00:00"),
-     {"resource_type": "instance", "resource_id": SERVER, "project_id": PROJECT, "verb": "delete",
-      "occurred_at": "2026-03-02T10:15:03.117311Z",
+    ("nova resize revert", sample("nova/legacy/compute.instance.resize.revert.end.json"),
+     {"event_type": "compute.instance.resize.revert.end", "resource_type": "instance", "resource_id": RESIZED_SERVER,
+      "project_id": RESIZED_PROJECT, "verb": "update", "occurred_at": "2013-01-04T15:20:32.009532Z", "size": TINY}),
+    ("nova resize confirm", {**sample("nova/legacy/compute.instance.finish_resize.end.json"),
+                             "event_type": "compute.instance.resize.confirm.end"},
+     {"event_type": "compute.instance.resize.confirm.end", "resource_type": "instance", "resource_id": RESIZED_SERVER,
+      "project_id": RESIZED_PROJECT, "verb": "update", "occurred_at": "2013-01-04T15:10:17.436974Z",
       "size": {"flavor_name": "m1.small", "vcpus": 1, "ram_mb": 2048, "disk_gb": 20}}),
-    ("nova resize", _nova("compute.instance.resize.confirm.end", "msg-nova-resize", "2026-03-01 12:30:00.250000",
-                          instance_type="m1.large", memory_mb=8192, vcpus=4, root_gb=80, disk_gb=80),
-     {"resource_type": "instance", "resource_id": SERVER, "project_id": PROJECT, "verb": "update",
-      "occurred_at": "2026-03-01T12:30:00.250000Z",
-      "size": {"flavor_name": "m1.large", "vcpus": 4, "ram_mb": 8192, "disk_gb": 80}}),
-    ("cinder create", _cinder("volume.create.end", "msg-cinder-create", "2026-03-01 08:05:09.331812"),
-     {"resource_type": "volume", "resource_id": VOLUME, "project_id": PROJECT, "verb": "create",
-      "occurred_at": "2026-03-01T08:05:01Z", "size": {"gb": 100, "volume_type": SSD_TYPE}}),
-    ("cinder resize", _cinder("volume.resize.end", "msg-cinder-resize", "2026-03-01 09:00:00.5", size=200),
-     {"resource_type": "volume", "resource_id": VOLUME, "project_id": PROJECT, "verb": "update",
-      "occurred_at": "2026-03-01T09:00:00.500000Z", "size": {"gb": 200, "volume_type": SSD_TYPE}}),
-    ("cinder delete", _cinder("volume.delete.end", "msg-cinder-delete", "2026-03-02 07:45:10.000001",
-                              status="deleting"),
-     {"resource_type": "volume", "resource_id": VOLUME, "project_id": PROJECT, "verb": "delete",
-      "occurred_at": "2026-03-02T07:45:10.000001Z", "size": {"gb": 100, "volume_type": SSD_TYPE}}),
+    ("nova soft delete", legacy("compute.instance.create.end", state="soft-delete",
+                                deleted_at="2012-05-09T08:00:00.000000") | {"event_type": "compute.instance.soft_delete.end"},
+     {"event_type": "compute.instance.soft_delete.delete.end", "resource_type": "instance", "resource_id": CEILO_SERVER,
+      "project_id": CEILO_PROJECT, "verb": "delete", "occurred_at": "2012-05-09T08:00:00Z", "size": None}),
+    ("nova restore", legacy("compute.instance.create.end") | {"event_type": "compute.instance.restore.end"},
+     {"event_type": "compute.instance.restore.create.end", "resource_type": "instance", "resource_id": CEILO_SERVER,
+      "project_id": CEILO_PROJECT, "verb": "create", "occurred_at": "2012-05-08T20:23:48.028195Z", "size": TINY}),
+    ("versioned create", versioned_sample("instance-create-end", message_id="v-create", timestamp=SAMPLE_TIME),
+     {"event_type": "compute.instance.create.end", "resource_type": "instance", "resource_id": NOVA_SERVER,
+      "project_id": NOVA_PROJECT, "verb": "create", "occurred_at": "2012-10-29T13:42:11Z",
+      "size": {"flavor_name": "test_flavor", "vcpus": 1, "ram_mb": 512, "disk_gb": 1}}),
+    ("versioned delete", versioned_sample("instance-delete-end", message_id="v-delete", timestamp=SAMPLE_TIME),
+     {"event_type": "compute.instance.delete.end", "resource_type": "instance", "resource_id": NOVA_SERVER,
+      "project_id": NOVA_PROJECT, "verb": "delete", "occurred_at": "2012-10-29T13:42:11Z", "size": None}),
+    ("versioned soft delete", versioned_sample("instance-soft_delete-end", message_id="v-soft", timestamp=SAMPLE_TIME),
+     {"event_type": "compute.instance.soft_delete.delete.end", "resource_type": "instance", "resource_id": NOVA_SERVER,
+      "project_id": NOVA_PROJECT, "verb": "delete", "occurred_at": "2012-10-29T13:42:11Z", "size": None}),
+    ("versioned restore", versioned_sample("instance-restore-end", message_id="v-restore", timestamp=SAMPLE_TIME),
+     {"event_type": "compute.instance.restore.create.end", "resource_type": "instance", "resource_id": NOVA_SERVER,
+      "project_id": NOVA_PROJECT, "verb": "create", "occurred_at": "2012-10-29T13:45:00.000001Z",
+      "size": {"flavor_name": "test_flavor", "vcpus": 1, "ram_mb": 512, "disk_gb": 1}}),
+    ("versioned resize finish", versioned_sample("instance-resize_finish-end", message_id="v-fin", timestamp=SAMPLE_TIME),
+     {"event_type": "compute.instance.finish_resize.end", "resource_type": "instance", "resource_id": NOVA_SERVER,
+      "project_id": NOVA_PROJECT, "verb": "update", "occurred_at": "2012-10-29T13:45:00.000001Z",
+      "size": {"flavor_name": "other_flavor", "vcpus": 1, "ram_mb": 256, "disk_gb": 1}}),
+    ("versioned resize revert", versioned_sample("instance-resize_revert-end", message_id="v-rev", timestamp=SAMPLE_TIME),
+     {"event_type": "compute.instance.resize.revert.end", "resource_type": "instance", "resource_id": NOVA_SERVER,
+      "project_id": NOVA_PROJECT, "verb": "update", "occurred_at": "2012-10-29T13:45:00.000001Z",
+      "size": {"flavor_name": "test_flavor", "vcpus": 1, "ram_mb": 512, "disk_gb": 1}}),
+    ("cinder create", sample("cinder/volume.create.end.json"),
+     {"resource_type": "volume", "resource_id": CEILO_VOLUME, "project_id": CEILO_VOLUME_PROJECT, "verb": "create",
+      "occurred_at": "2014-10-28T09:31:20Z", "size": {"gb": 1, "volume_type": CEILO_VOLUME_TYPE}}),
+    ("cinder resize", cinder("volume.resize.end", size=2),
+     {"resource_type": "volume", "resource_id": CEILO_VOLUME, "project_id": CEILO_VOLUME_PROJECT, "verb": "update",
+      "occurred_at": "2015-07-16T12:00:00Z", "size": {"gb": 2, "volume_type": CEILO_VOLUME_TYPE}}),
+    ("cinder delete", sample("cinder/volume.delete.end.json"),
+     {"resource_type": "volume", "resource_id": CEILO_VOLUME, "project_id": CEILO_VOLUME_PROJECT, "verb": "delete",
+      "occurred_at": "2015-07-16T12:00:00Z", "size": {"gb": 1, "volume_type": CEILO_VOLUME_TYPE}}),
     ("neutron create", {"message_id": "msg-fip-create", "event_type": "floatingip.create.end",
                         "publisher_id": "network.neutron-api-1", "priority": "INFO",
                         "timestamp": "2026-03-01 08:06:00.101010", "payload": {"floatingip": FLOATINGIP}},
@@ -148,9 +180,9 @@ CASES: list[tuple[str, dict[str, Any], dict[str, Any]]] = [
                               status="queued", size=None, updated_at="2026-03-01T08:07:00Z"),
      {"resource_type": "image", "resource_id": IMAGE, "project_id": PROJECT, "verb": "create",
       "occurred_at": "2026-03-01T08:07:00Z", "size": {"bytes": None}}),
-    ("glance upload", _glance("image.upload", "msg-img-upload", "2026-03-01 08:09:29.900000"),
-     {"resource_type": "image", "resource_id": IMAGE, "project_id": PROJECT, "verb": "update",
-      "occurred_at": "2026-03-01T08:09:29.900000Z", "size": {"bytes": 2_361_393_152}}),
+    ("glance upload", sample("glance/image.upload.json"),
+     {"resource_type": "image", "resource_id": CEILO_VOLUME, "project_id": "fake", "verb": "update",
+      "occurred_at": "2015-07-16T12:00:00Z", "size": {"bytes": 19}}),
     ("glance activate", _glance("image.activate", "msg-img-activate", "2026-03-01 08:09:30.100000"),
      {"resource_type": "image", "resource_id": IMAGE, "project_id": PROJECT, "verb": "update",
       "occurred_at": "2026-03-01T08:09:30.100000Z", "size": {"bytes": 2_361_393_152}}),
@@ -158,7 +190,14 @@ CASES: list[tuple[str, dict[str, Any], dict[str, Any]]] = [
                               deleted=True, deleted_at="2026-03-03T09:00:00Z"),
      {"resource_type": "image", "resource_id": IMAGE, "project_id": PROJECT, "verb": "delete",
       "occurred_at": "2026-03-03T09:00:00Z", "size": {"bytes": 2_361_393_152}}),
-    ("octavia create", _octavia("octavia.loadbalancer.create.end", "msg-lb-create", "2026-03-01 08:10:00.000000"),
+    ("glance delete, ceilometer's sample", sample("glance/image.delete.json"),  # no deleted_at: the message's time
+     {"resource_type": "image", "resource_id": CEILO_VOLUME, "project_id": "fake", "verb": "delete",
+      "occurred_at": "2015-07-16T12:00:00Z", "size": {"bytes": 19}}),
+    ("octavia create, documented shape", sample("octavia/octavia.loadbalancer.create.end.json"),
+     {"resource_type": "load_balancer", "resource_id": OCTAVIA_LB, "project_id": OCTAVIA_PROJECT, "verb": "create",
+      "occurred_at": "2022-04-22T23:02:14Z",  # created_at (the API accepted it), not the message at 23:02:15.7
+      "size": {"flavor_id": None}}),
+    ("octavia create, worker shape", _octavia("octavia.loadbalancer.create.end", "msg-lb-create", "2026-03-01 08:10:00.000000"),
      {"resource_type": "load_balancer", "resource_id": LB, "project_id": PROJECT, "verb": "create",
       "occurred_at": "2026-03-01T08:10:00Z", "size": {"flavor_id": None}}),
     ("octavia delete", _octavia("octavia.loadbalancer.delete.end", "msg-lb-delete", "2026-03-04 00:00:00.000000"),
@@ -172,12 +211,11 @@ IDS = [name for name, _, _ in CASES]
 def test_each_service_maps_to_our_envelope(name: str, notification: dict[str, Any], expected: dict[str, Any]) -> None:
     envelope = map_notification(notification, cloud="region-one")
     assert not isinstance(envelope, Unmapped), envelope
-    assert envelope["event_type"] == notification["event_type"]
+    assert envelope["event_type"] == expected.get("event_type", notification["event_type"])
     assert envelope["cloud"] == "region-one" and envelope["source"] == "collector"
     for key in ("resource_type", "resource_id", "project_id", "occurred_at"):
         assert envelope[key] == expected[key], key
     assert envelope["payload"].get("size") == expected["size"]
-    assert envelope["payload"]["openstack"]["message_id"] == notification["message_id"]
 
 
 @pytest.mark.parametrize(("name", "notification", "expected"), CASES, ids=IDS)
@@ -188,8 +226,17 @@ def test_every_mapped_envelope_passes_validation(name: str, notification: dict[s
     assert record.verb == expected["verb"]
 
 
-def test_the_event_id_is_a_stable_function_of_cloud_and_message_id() -> None:
-    _, notification, _ = CASES[0]
+def test_each_nova_action_is_stored_under_a_type_whose_verb_is_its_effect() -> None:
+    """The verb rule reads tokens: nova's soft_delete and restore need a stored type that says so."""
+    effect = {"create": "create", "delete": "delete", "soft_delete": "delete", "restore": "create",
+              "resize_finish": "update", "resize_revert": "update", "resize_confirm": "update"}
+    assert {a.name: verb_of(a.event_type) for a in ACTIONS} == effect
+    assert verb_of("compute.instance.soft_delete.end") == "update"  # why nova's own type is not stored
+    assert set(LEGACY_TYPES.values()) == set(VERSIONED_TYPES.values()) == set(ACTIONS)
+
+
+def test_other_services_keep_the_message_id_as_their_event_id() -> None:
+    notification = sample("cinder/volume.create.end.json")
     first = map_notification(notification, cloud="region-one")
     again = map_notification(copy.deepcopy(notification), cloud="region-one")
     other_cloud = map_notification(notification, cloud="region-two")
@@ -199,63 +246,146 @@ def test_the_event_id_is_a_stable_function_of_cloud_and_message_id() -> None:
     assert uuid.UUID(first["event_id"]).version == 5
     assert other_cloud["event_id"] != first["event_id"]  # type: ignore[index]
     assert other_message["event_id"] != first["event_id"]  # type: ignore[index]
+    assert first["payload"]["openstack"]["message_id"] == notification["message_id"]
+
+
+def test_nova_event_ids_come_from_the_action_so_both_formats_share_them() -> None:
+    legacy_create = legacy("compute.instance.create.end", instance_id=NOVA_SERVER, tenant_id=NOVA_PROJECT,
+                           created_at="2012-10-29 13:42:11", instance_type="test_flavor", root_gb=1)
+    versioned_create = versioned_sample("instance-create-end", message_id="v-1", timestamp=SAMPLE_TIME)
+    one, two = (map_notification(m, cloud="c") for m in (legacy_create, versioned_create))
+    assert isinstance(one, dict) and isinstance(two, dict)
+    assert one == two  # same id, same content: the second is a plain duplicate at ingest
+    other_cloud = map_notification(versioned_create, cloud="d")
+    restore = map_notification(versioned_sample("instance-restore-end", message_id="v-2", timestamp=SAMPLE_TIME), cloud="c")
+    assert isinstance(other_cloud, dict) and isinstance(restore, dict)
+    assert len({one["event_id"], other_cloud["event_id"], restore["event_id"]}) == 3
 
 
 def test_an_oslo_messaging_wrapper_is_unwrapped() -> None:
-    _, notification, _ = CASES[3]
+    notification = sample("cinder/volume.create.end.json")
     wrapped = {"oslo.version": "2.0", "oslo.message": json.dumps(notification)}
     assert map_notification(wrapped, cloud="c") == map_notification(notification, cloud="c")
 
 
 def test_a_nova_delete_without_deleted_at_is_dated_at_terminated_at() -> None:
-    notification = _nova("compute.instance.delete.end", "msg-x", "2026-03-02 10:15:04.000211",
-                         terminated_at="2026-03-02T10:15:02.871234", deleted_at="")
+    notification = legacy_delete_end()
+    notification["payload"]["deleted_at"] = ""
     envelope = map_notification(notification, cloud="c")
-    assert isinstance(envelope, dict) and envelope["occurred_at"] == "2026-03-02T10:15:02.871234Z"
+    assert isinstance(envelope, dict) and envelope["occurred_at"] == "2012-05-08T20:24:14Z"
+
+
+def test_a_nova_delete_with_neither_is_dated_at_the_message_time() -> None:
+    notification = legacy_delete_end()
+    notification["payload"].update(deleted_at="", terminated_at="")
+    envelope = map_notification(notification, cloud="c")
+    assert isinstance(envelope, dict) and envelope["occurred_at"] == "2012-05-08T20:24:14.824743Z"
 
 
 def test_a_create_without_created_at_is_dated_at_the_message_time() -> None:
-    notification = _cinder("volume.create.end", "msg-y", "2026-03-01 08:05:09.331812", created_at=None)
+    notification = cinder("volume.create.end", created_at=None)
     envelope = map_notification(notification, cloud="c")
-    assert isinstance(envelope, dict) and envelope["occurred_at"] == "2026-03-01T08:05:09.331812Z"
+    assert isinstance(envelope, dict) and envelope["occurred_at"] == "2015-07-16T12:00:00Z"
 
 
 def test_volume_type_ids_are_named_when_a_lookup_is_given() -> None:
-    _, notification, _ = CASES[3]
-    named = map_notification(notification, cloud="c", volume_type_names={SSD_TYPE: "ssd"})
+    notification = sample("cinder/volume.create.end.json")
+    named = map_notification(notification, cloud="c", volume_type_names={CEILO_VOLUME_TYPE: "ssd"})
     unknown = map_notification(notification, cloud="c", volume_type_names={"other": "hdd"})
-    assert isinstance(named, dict) and named["payload"]["size"] == {"gb": 100, "volume_type": "ssd"}
-    assert isinstance(unknown, dict) and unknown["payload"]["size"]["volume_type"] == SSD_TYPE
+    assert isinstance(named, dict) and named["payload"]["size"] == {"gb": 1, "volume_type": "ssd"}
+    assert isinstance(unknown, dict) and unknown["payload"]["size"]["volume_type"] == CEILO_VOLUME_TYPE
+
+
+# Every published sample of a type we do not record, and why it is ignored.
+IGNORED_SAMPLES = [
+    ("nova/legacy/compute.instance.exists.json", "audit"),
+    ("nova/legacy/compute.instance.delete.start.json", "step"),
+    ("cinder/volume.exists.json", "audit"),
+    ("cinder/volume.attach.end.json", "no_usage_change"),
+    ("glance/image.update.json", "no_usage_change"),
+    ("glance/image.send.json", "no_usage_change"),
+    ("neutron/floatingip.exists.json", "audit"),
+    ("neutron/floatingip.update.start.json", "step"),
+    ("neutron/network.create.end.json", "no_usage_change"),
+    ("neutron/port.create.end.json", "no_usage_change"),
+]
+IGNORED_VERSIONED = [
+    ("instance-exists", "audit"),
+    ("instance-create-start", "step"),
+    ("instance-create-error", "error_priority"),
+    ("aggregate-create-end", "no_usage_change"),
+    ("keypair-create-end", "no_usage_change"),
+    ("server_group-add_member", "no_usage_change"),
+]
+
+
+@pytest.mark.parametrize(("path", "code"), IGNORED_SAMPLES, ids=[p for p, _ in IGNORED_SAMPLES])
+def test_published_samples_of_types_that_never_change_usage_are_ignored(path: str, code: str) -> None:
+    result = map_notification(sample(path), cloud="c")
+    assert isinstance(result, Unmapped) and (result.kind, result.code) == ("ignored", code), result
+
+
+@pytest.mark.parametrize(("name", "code"), IGNORED_VERSIONED, ids=[n for n, _ in IGNORED_VERSIONED])
+def test_nova_versioned_samples_of_types_that_never_change_usage_are_ignored(name: str, code: str) -> None:
+    result = map_notification(versioned_sample(name, message_id="m", timestamp=SAMPLE_TIME), cloud="c")
+    assert isinstance(result, Unmapped) and (result.kind, result.code) == ("ignored", code), result
 
 
 @pytest.mark.parametrize(
-    ("event_type", "kind"),
+    ("event_type", "kind", "code"),
     [
-        ("compute.instance.create.start", "ignored"),
-        ("compute.instance.exists", "ignored"),
-        ("volume.attach.end", "ignored"),
-        ("octavia.loadbalancer.update.end", "ignored"),
-        ("identity.project.created", "unknown_type"),
-        ("magnum.cluster.create", "unknown_type"),
+        ("compute.instance.create.start", "ignored", "step"),
+        ("compute.instance.shelve_offload.end", "ignored", "no_usage_change"),
+        ("instance.power_off.end", "ignored", "no_usage_change"),
+        ("aggregate.cache_images.progress", "ignored", "step"),
+        ("keypair.import.end", "ignored", "no_usage_change"),
+        ("servergroup.addmember", "ignored", "no_usage_change"),
+        ("task.success", "ignored", "no_usage_change"),
+        ("metadef_namespace.create", "ignored", "no_usage_change"),
+        ("snapshot.create.end", "ignored", "no_usage_change"),
+        ("octavia.loadbalancer.update.end", "ignored", "no_usage_change"),
+        ("identity.project.created", "unknown_type", "unknown_type"),
+        ("magnum.cluster.create", "unknown_type", "unknown_type"),
     ],
 )
-def test_types_we_do_not_map_are_reported_not_guessed(event_type: str, kind: str) -> None:
-    result = map_notification(_nova(event_type, "msg-z", "2026-03-01 08:00:00.000000"), cloud="c")
+def test_types_we_do_not_map_are_reported_not_guessed(event_type: str, kind: str, code: str) -> None:
+    result = map_notification({**sample("nova/legacy/compute.instance.create.end.json"), "event_type": event_type},
+                              cloud="c")
     assert isinstance(result, Unmapped)
-    assert result.kind == kind and result.event_type == event_type
+    assert (result.kind, result.code, result.event_type) == (kind, code, event_type)
     assert str(result).startswith("unmapped: ") and event_type in str(result)
 
 
-def test_a_versioned_nova_notification_is_reported_with_the_setting_to_change() -> None:
-    versioned = {
-        "message_id": "msg-v", "event_type": "instance.create.end", "publisher_id": "nova-compute:cmp-0042",
-        "priority": "INFO", "timestamp": "2026-03-01 08:00:41.512306",
-        "payload": {"nova_object.name": "InstanceCreatePayload", "nova_object.namespace": "nova",
-                    "nova_object.version": "1.12", "nova_object.data": {"uuid": SERVER}},
+@pytest.mark.parametrize("priority", ["ERROR", "error", "CRITICAL"])
+def test_an_error_priority_message_is_ignored_even_of_a_mapped_type(priority: str) -> None:
+    message = {**sample("nova/legacy/compute.instance.create.end.json"), "priority": priority}
+    result = map_notification(message, cloud="c")
+    assert isinstance(result, Unmapped) and (result.kind, result.code) == ("ignored", "error_priority")
+    assert priority in result.reason
+
+
+def test_outcomes_are_counted_by_kind_and_reason() -> None:
+    batch = [sample(path) for path, _ in IGNORED_SAMPLES] + [
+        sample("cinder/volume.create.end.json"),
+        {**sample("cinder/volume.create.end.json"), "event_type": "magnum.cluster.create"},
+        {**sample("cinder/volume.create.end.json"), "message_id": None},
+        versioned_sample("instance-create-error", message_id="e", timestamp=SAMPLE_TIME),
+    ]
+    envelopes, outcomes = map_notifications(batch, cloud="c")
+    assert len(envelopes) == outcomes.mapped == 1
+    assert outcomes.as_dict() == {
+        "mapped": 1,
+        "ignored": {"audit": 3, "error_priority": 1, "no_usage_change": 5, "step": 2},
+        "unknown_type": {"unknown_type": 1},
+        "invalid": {"invalid": 1},
     }
-    result = map_notification(versioned, cloud="c")
-    assert isinstance(result, Unmapped) and result.kind == "versioned"
-    assert "notification_format" in result.reason
+    assert isinstance(outcomes, NotificationOutcomes)
+
+
+def test_sources_lists_every_fixture() -> None:
+    listed = (SAMPLES / "SOURCES.md").read_text()
+    for path in SAMPLES.rglob("*.json"):
+        assert f"`{path.relative_to(SAMPLES).as_posix()}`" in listed, path
 
 
 @pytest.mark.parametrize(
@@ -270,12 +400,40 @@ def test_a_versioned_nova_notification_is_reported_with_the_setting_to_change() 
     ],
 )
 def test_a_notification_that_lacks_what_the_mapping_needs_is_invalid(change: dict[str, Any], fragment: str) -> None:
-    notification = _nova("compute.instance.create.end", "msg-bad", "2026-03-01 08:00:41.512306")
+    notification = legacy("compute.instance.create.end")
     for key, value in change.items():
         if isinstance(value, dict) and isinstance(notification.get(key), dict):
             notification[key].update(value)
         else:
             notification[key] = value
     result = map_notification(notification, cloud="c")
+    assert isinstance(result, Unmapped) and result.kind == "invalid"
+    assert fragment in result.reason
+
+
+def _break_uuid(data: dict[str, Any]) -> None:
+    data["uuid"] = None
+
+
+def _break_vcpus(data: dict[str, Any]) -> None:
+    data["flavor"]["nova_object.data"]["vcpus"] = "two"
+
+
+def _unwrap_flavor(data: dict[str, Any]) -> None:
+    data["flavor"] = data["flavor"]["nova_object.data"]
+
+
+@pytest.mark.parametrize(
+    ("breaks", "fragment"),
+    [
+        (_break_uuid, "no uuid"),
+        (_break_vcpus, "flavor.vcpus 'two' is not a whole number"),
+        (_unwrap_flavor, "payload flavor has no nova_object.data object"),
+    ],
+)
+def test_a_versioned_notification_that_lacks_what_the_mapping_needs_is_invalid(breaks, fragment: str) -> None:
+    message = versioned_sample("instance-create-end", message_id="v", timestamp=SAMPLE_TIME)
+    breaks(message["payload"]["nova_object.data"])
+    result = map_notification(message, cloud="c")
     assert isinstance(result, Unmapped) and result.kind == "invalid"
     assert fragment in result.reason

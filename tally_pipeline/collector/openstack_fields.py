@@ -1,0 +1,69 @@
+"""Reading fields out of OpenStack notification payloads: strict, and never guessing.
+
+Shared by the per-service mappings (``collector.openstack``) and nova's (``collector.openstack_nova``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+
+class Invalid(ValueError):
+    """A mapped event type whose payload lacks what the mapping needs."""
+
+
+@dataclass(frozen=True, slots=True)
+class Extracted:
+    """What a mapping found in one payload."""
+
+    resource_id: str
+    project_id: str | None
+    size: dict[str, Any] | None
+    status: str | None
+    created_at: str | None = None
+    deleted_at: str | None = None
+
+
+def text(payload: Mapping[str, Any], key: str) -> str:
+    value = optional_text(payload, key)
+    if value is None:
+        raise Invalid(f"payload has no {key}")
+    return value
+
+
+def optional_text(payload: Mapping[str, Any], key: str) -> str | None:
+    value = payload.get(key)
+    if value is None or value == "":
+        return None
+    if not isinstance(value, str):
+        raise Invalid(f"payload {key} {value!r} is not a string")
+    return value
+
+
+def whole(payload: Mapping[str, Any], key: str) -> int:
+    value = payload.get(key)
+    if isinstance(value, str) and value.strip().isdigit():
+        value = int(value)  # some payload fields are stringified numbers
+    if isinstance(value, bool) or not isinstance(value, int | float) or value != int(value) or value < 0:
+        raise Invalid(f"payload {key} {value!r} is not a whole number")
+    return int(value)
+
+
+def instant(value: Any, what: str) -> datetime | None:
+    """OpenStack's many time spellings: ``2026-01-01 00:00:05.123456`` (oslo, naive UTC),
+    ``2026-01-01T00:00:00Z``, ``2026-01-01 00:00:00+00:00`` (nova's ``str(datetime)``)."""
+    if value is None or value == "":
+        return None
+    if not isinstance(value, str):
+        raise Invalid(f"{what} {value!r} is not a string")
+    raw = value.strip()
+    if raw.endswith(("Z", "z")):
+        raw = raw[:-1] + "+00:00"
+    try:
+        parsed = datetime.fromisoformat(raw)
+    except ValueError:
+        raise Invalid(f"{what} {value!r} is not a date and time") from None
+    return parsed.replace(tzinfo=UTC) if parsed.tzinfo is None else parsed.astimezone(UTC)

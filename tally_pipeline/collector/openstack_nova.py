@@ -1,0 +1,121 @@
+"""Nova's instance notifications, legacy and versioned, mapped to one canonical event per action.
+
+Nova emits its notifications in the legacy (unversioned) shape, the versioned shape
+(``nova_object.data`` payloads), or both, by its ``[notifications] notification_format``. Both
+formats of one action map to the same event: the same event type, resource, project, size, status
+and, where the payload dates the action, the same instant and event id. A cloud that emits both
+therefore stores one event per action where the payload dates it (create, delete, soft delete),
+and two events at instants a few milliseconds apart where only the message does (restore, resize):
+the second is a create or update while live with the same size, which the fold makes a no-op, so
+nothing is billed twice.
+
+The stored event type is chosen for the verb the fold needs, since the verb rule reads tokens:
+nova's ``soft_delete`` and ``restore`` have neither a ``delete`` nor a ``create`` token.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from tally_pipeline.collector.openstack_fields import Extracted, Invalid, optional_text, text, whole
+
+NovaFormat = Literal["legacy", "versioned"]
+
+
+@dataclass(frozen=True, slots=True)
+class NovaAction:
+    """One nova instance action we record, whichever format announced it."""
+
+    name: str
+    #: the event type stored: its verb (create / update / delete) is the action's effect on billing
+    event_type: str
+    #: payload fields that date the action, first present wins; none present: the message's timestamp
+    dated_by: tuple[str, ...]
+    #: a delete carries no size: it only ends the lifecycle
+    sized: bool
+
+
+CREATE = NovaAction("create", "compute.instance.create.end", ("created_at",), True)
+DELETE = NovaAction("delete", "compute.instance.delete.end", ("deleted_at", "terminated_at"), False)
+# Nova's API sets deleted_at when it soft-deletes (and clears it on restore), so both formats carry it.
+SOFT_DELETE = NovaAction("soft_delete", "compute.instance.soft_delete.delete.end", ("deleted_at", "terminated_at"), False)
+# A restore starts a new lifecycle at the restore; nova's payload has no instant of its own for it.
+RESTORE = NovaAction("restore", "compute.instance.restore.create.end", (), True)
+# The payload of each resize step carries the flavor the instance runs on after that step.
+RESIZE_FINISH = NovaAction("resize_finish", "compute.instance.finish_resize.end", (), True)
+RESIZE_REVERT = NovaAction("resize_revert", "compute.instance.resize.revert.end", (), True)
+RESIZE_CONFIRM = NovaAction("resize_confirm", "compute.instance.resize.confirm.end", (), True)
+ACTIONS = (CREATE, DELETE, SOFT_DELETE, RESTORE, RESIZE_FINISH, RESIZE_REVERT, RESIZE_CONFIRM)
+
+LEGACY_TYPES: dict[str, NovaAction] = {
+    "compute.instance.create.end": CREATE,
+    "compute.instance.delete.end": DELETE,
+    "compute.instance.soft_delete.end": SOFT_DELETE,
+    "compute.instance.restore.end": RESTORE,
+    "compute.instance.finish_resize.end": RESIZE_FINISH,
+    "compute.instance.resize.revert.end": RESIZE_REVERT,
+    "compute.instance.resize.confirm.end": RESIZE_CONFIRM,
+}
+VERSIONED_TYPES: dict[str, NovaAction] = {
+    "instance.create.end": CREATE,
+    "instance.delete.end": DELETE,
+    "instance.soft_delete.end": SOFT_DELETE,
+    "instance.restore.end": RESTORE,
+    "instance.resize_finish.end": RESIZE_FINISH,
+    "instance.resize_revert.end": RESIZE_REVERT,
+    "instance.resize_confirm.end": RESIZE_CONFIRM,
+}
+
+
+def nova_action(event_type: str) -> tuple[NovaAction, NovaFormat] | None:
+    """The action a nova event type announces, and in which format; None when we do not record it."""
+    if (action := LEGACY_TYPES.get(event_type)) is not None:
+        return action, "legacy"
+    if (action := VERSIONED_TYPES.get(event_type)) is not None:
+        return action, "versioned"
+    return None
+
+
+def extract_nova(payload: dict[str, Any], action: NovaAction, fmt: NovaFormat) -> tuple[Extracted, str | None]:
+    """The instance's id, project, size and status, and the payload instant that dates the action."""
+    fields, names = (_versioned_fields(payload), _VERSIONED) if fmt == "versioned" else (payload, _LEGACY)
+    size = None
+    if action.sized:
+        size = {
+            "flavor_name": text(fields, names["flavor_name"]),
+            "vcpus": whole(fields, names["vcpus"]),
+            "ram_mb": whole(fields, names["ram_mb"]),
+            "disk_gb": whole(fields, names["disk_gb"]),
+        }
+    dated = next((v for k in action.dated_by if (v := optional_text(fields, k)) is not None), None)
+    found = Extracted(
+        resource_id=text(fields, names["instance_id"]),
+        project_id=optional_text(fields, "tenant_id"),
+        size=size,
+        status=optional_text(fields, "state"),
+    )
+    return found, dated
+
+
+# Where each format keeps what we read (error messages name the field as the payload spells it).
+# Legacy is nova's info_from_instance: the flavor flattened into the payload, the root disk as root_gb.
+_LEGACY = {"instance_id": "instance_id", "flavor_name": "instance_type", "vcpus": "vcpus",
+           "ram_mb": "memory_mb", "disk_gb": "root_gb"}
+# Versioned is an InstanceActionPayload / InstanceCreatePayload with a nested FlavorPayload.
+_VERSIONED = {"instance_id": "uuid", "flavor_name": "flavor.name", "vcpus": "flavor.vcpus",
+              "ram_mb": "flavor.memory_mb", "disk_gb": "flavor.root_gb"}
+
+
+def _versioned_fields(payload: Mapping[str, Any]) -> dict[str, Any]:
+    data = _object_data(payload, "payload")
+    flavor = _object_data(data["flavor"], "payload flavor") if data.get("flavor") is not None else {}
+    return {**data, **{f"flavor.{key}": value for key, value in flavor.items()}}
+
+
+def _object_data(obj: Any, what: str) -> Mapping[str, Any]:
+    data = obj.get("nova_object.data") if isinstance(obj, Mapping) else None
+    if not isinstance(data, Mapping):
+        raise Invalid(f"{what} has no nova_object.data object")
+    return data

@@ -13,6 +13,7 @@ from __future__ import annotations
 import copy
 import json
 import uuid
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -437,3 +438,15 @@ def test_a_versioned_notification_that_lacks_what_the_mapping_needs_is_invalid(b
     result = map_notification(message, cloud="c")
     assert isinstance(result, Unmapped) and result.kind == "invalid"
     assert fragment in result.reason
+
+
+def test_the_docs_mapping_table_names_every_mapped_type() -> None:
+    """docs/openstack.md's event mapping table is the operator's reference: it must list each type we map."""
+    from tally_pipeline.collector.openstack import _MAPPINGS
+
+    docs = (Path(__file__).parents[1] / "docs" / "openstack.md").read_text()
+    table = docs.split("### Event mapping", 1)[1].split("###", 1)[0]
+    for event_type in [*LEGACY_TYPES, *VERSIONED_TYPES, *_MAPPINGS]:
+        assert f"`{event_type}`" in table, event_type
+    for action in ACTIONS:
+        assert f"`{action.event_type}`" in table, action.event_type

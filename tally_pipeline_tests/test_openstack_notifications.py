@@ -152,6 +152,10 @@ CASES: list[tuple[str, dict[str, Any], dict[str, Any]]] = [
      {"event_type": "compute.instance.resize.revert.end", "resource_type": "instance", "resource_id": NOVA_SERVER,
       "project_id": NOVA_PROJECT, "verb": "update", "occurred_at": "2012-10-29T13:45:00.000001Z",
       "size": {"flavor_name": "test_flavor", "vcpus": 1, "ram_mb": 512, "disk_gb": 1}}),
+    ("versioned resize confirm", versioned_sample("instance-resize_confirm-end", message_id="v-conf", timestamp=SAMPLE_TIME),
+     {"event_type": "compute.instance.resize.confirm.end", "resource_type": "instance", "resource_id": NOVA_SERVER,
+      "project_id": NOVA_PROJECT, "verb": "update", "occurred_at": "2012-10-29T13:45:00.000001Z",
+      "size": {"flavor_name": "m1.small", "vcpus": 1, "ram_mb": 2048, "disk_gb": 20}}),
     ("cinder create", sample("cinder/volume.create.end.json"),
      {"resource_type": "volume", "resource_id": CEILO_VOLUME, "project_id": CEILO_VOLUME_PROJECT, "verb": "create",
       "occurred_at": "2014-10-28T09:31:20Z", "size": {"gb": 1, "volume_type": CEILO_VOLUME_TYPE}}),
@@ -314,6 +318,7 @@ IGNORED_VERSIONED = [
     ("instance-exists", "audit"),
     ("instance-create-start", "step"),
     ("instance-create-error", "error_priority"),
+    ("instance-resize-end", "no_usage_change"),  # the move to the new host; the flavor changes at the finish
     ("aggregate-create-end", "no_usage_change"),
     ("keypair-create-end", "no_usage_change"),
     ("server_group-add_member", "no_usage_change"),

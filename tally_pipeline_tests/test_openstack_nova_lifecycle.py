@@ -72,8 +72,12 @@ def _oslo(when: datetime) -> str:
     return when.strftime("%Y-%m-%d %H:%M:%S.%f")  # oslo.messaging's timestamp: naive UTC
 
 
-def _nova_iso(when: datetime) -> str:
-    return when.strftime("%Y-%m-%dT%H:%M:%S.%f")  # nova's null_safe_isotime: naive UTC
+def _nova_iso(when: datetime, action: str) -> str:
+    # nova's null_safe_isotime: naive UTC with microseconds. The delete's deleted_at comes from the
+    # database write on the compute host and keeps its fraction; the versioned format drops it.
+    if action == "delete":
+        when += timedelta(microseconds=811_111)
+    return when.strftime("%Y-%m-%dT%H:%M:%S.%f")
 
 
 def legacy_messages() -> list[dict[str, Any]]:
@@ -85,8 +89,8 @@ def legacy_messages() -> list[dict[str, Any]]:
             instance_id=SERVER, tenant_id=PROJECT, state=state, instance_type=flavor["name"], vcpus=flavor["vcpus"],
             memory_mb=flavor["memory_mb"], root_gb=flavor["root_gb"], disk_gb=flavor["root_gb"],
             created_at=str(T0.replace(tzinfo=None)),  # nova's str(created_at)
-            deleted_at=_nova_iso(dated) if dated and action != "create" else "",
-            terminated_at=_nova_iso(dated) if dated and action == "delete" else "",
+            deleted_at=_nova_iso(dated, action) if dated and action != "create" else "",
+            terminated_at=_nova_iso(dated, action) if dated and action == "delete" else "",
         )
         message.update(event_type=LEGACY_TYPE[action], message_id=f"legacy-{n}", timestamp=_oslo(sent))
         out.append(message)

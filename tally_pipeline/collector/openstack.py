@@ -43,7 +43,7 @@ from datetime import datetime
 from typing import Any, Literal
 
 from tally_pipeline.collector.openstack_fields import Extracted, Invalid, instant, optional_text, text, whole
-from tally_pipeline.collector.openstack_nova import extract_nova, nova_action
+from tally_pipeline.collector.openstack_nova import NovaAction, NovaFormat, extract_nova, nova_action
 from tally_pipeline.core.timeutil import format_rfc3339
 
 #: Namespace of the UUIDv5 event ids derived from (cloud, message_id), or for nova from the action.
@@ -155,19 +155,11 @@ def map_notification(
     try:
         sent_at = instant(message.get("timestamp"), "timestamp")
         if nova is not None:
-            action, fmt = nova
-            found, dated = extract_nova(payload, action, fmt)
-            occurred_at = instant(dated, f"payload {'/'.join(action.dated_by)}") if dated else sent_at
-            resource_type, stored_type = "instance", action.event_type
-        else:
-            assert mapping is not None
-            found = mapping.extract(payload, _Context(event_type, volume_type_names or {}))
-            occurred_at = sent_at
-            if event_type.endswith(_CREATES) and found.created_at:
-                occurred_at = instant(found.created_at, "payload created_at")
-            elif event_type.endswith(_DELETES) and found.deleted_at:
-                occurred_at = instant(found.deleted_at, "payload deleted_at")
+            resource_type, stored_type = "instance", nova[0].event_type
+            found, occurred_at = _nova_found(payload, nova, sent_at)
+        elif mapping is not None:
             resource_type, stored_type = mapping.resource_type, event_type
+            found, occurred_at = _service_found(payload, mapping, _Context(event_type, volume_type_names or {}), sent_at)
     except Invalid as exc:
         return Unmapped(f"{event_type}: {exc}", "invalid", event_type)
     if occurred_at is None:
@@ -202,6 +194,31 @@ def map_notification(
         "source": "collector",
         "payload": body,
     }
+
+
+def _nova_found(
+    payload: dict[str, Any], nova: tuple[NovaAction, NovaFormat], sent_at: datetime | None
+) -> tuple[Extracted, datetime | None]:
+    action, fmt = nova
+    found, dated = extract_nova(payload, action, fmt)
+    if dated is None:
+        return found, sent_at
+    field_name, value = dated
+    at = instant(value, f"payload {field_name}")
+    # Whole seconds: the versioned format writes times to the second (oslo.versionedobjects'
+    # isotime), the legacy one with microseconds, and the two must date an action alike.
+    return found, at.replace(microsecond=0) if at else sent_at
+
+
+def _service_found(
+    payload: dict[str, Any], mapping: _Mapping, ctx: _Context, sent_at: datetime | None
+) -> tuple[Extracted, datetime | None]:
+    found = mapping.extract(payload, ctx)
+    if ctx.event_type.endswith(_CREATES) and found.created_at:
+        return found, instant(found.created_at, "payload created_at")
+    if ctx.event_type.endswith(_DELETES) and found.deleted_at:
+        return found, instant(found.deleted_at, "payload deleted_at")
+    return found, sent_at
 
 
 def _nova_event_id(cloud: str, instance_id: str, action: str, occurred_at: datetime) -> str:

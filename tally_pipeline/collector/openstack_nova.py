@@ -78,8 +78,10 @@ def nova_action(event_type: str) -> tuple[NovaAction, NovaFormat] | None:
     return None
 
 
-def extract_nova(payload: dict[str, Any], action: NovaAction, fmt: NovaFormat) -> tuple[Extracted, str | None]:
-    """The instance's id, project, size and status, and the payload instant that dates the action."""
+def extract_nova(
+    payload: dict[str, Any], action: NovaAction, fmt: NovaFormat
+) -> tuple[Extracted, tuple[str, str] | None]:
+    """The instance's id, project, size and status, and the payload field (name, value) dating the action."""
     fields, names = (_versioned_fields(payload), _VERSIONED) if fmt == "versioned" else (payload, _LEGACY)
     size = None
     if action.sized:
@@ -89,7 +91,7 @@ def extract_nova(payload: dict[str, Any], action: NovaAction, fmt: NovaFormat) -
             "ram_mb": whole(fields, names["ram_mb"]),
             "disk_gb": whole(fields, names["disk_gb"]),
         }
-    dated = next((v for k in action.dated_by if (v := optional_text(fields, k)) is not None), None)
+    dated = next(((k, v) for k in action.dated_by if (v := optional_text(fields, k)) is not None), None)
     found = Extracted(
         resource_id=text(fields, names["instance_id"]),
         project_id=optional_text(fields, "tenant_id"),

@@ -26,7 +26,6 @@ from tally_pipeline.schemas import default_registry
 from tally_pipeline_tests.openstack_samples import SAMPLES, sample, versioned_sample
 
 PROJECT = "6d2bb2ba2f2d4f0c9e3b1d5c0a7e8f90"
-USER = "0c5e4a1f9b2d4e7a8c3b6d9e1f2a4b5c"
 FIP = "2a4c6e8f-1b3d-4f5a-9c7e-0d2f4a6b8c1e"
 EXT_NET = "e7c1b2a3-4d5e-4f60-8a9b-c0d1e2f3a4b5"
 IMAGE = "f3b9a1c2-7d4e-4b5f-8a6c-9d0e1f2a3b4c"

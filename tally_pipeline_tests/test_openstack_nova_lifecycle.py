@@ -23,7 +23,6 @@ import pytest
 
 from tally_pipeline import projection, queries
 from tally_pipeline.collector.openstack import Unmapped, map_notifications
-from tally_pipeline.core.ledger import EntityKey
 from tally_pipeline.ingest import Ingestor
 from tally_pipeline.ledger.usage import cumulative_usage
 from tally_pipeline_tests.openstack_samples import sample, versioned_sample

@@ -21,6 +21,7 @@ import psycopg
 import pytest
 import yaml
 
+from tally_pipeline.api.auth import TokenBook
 from tally_pipeline.cli import main as tally_main
 from tally_pipeline.config import load_config
 
@@ -169,10 +170,12 @@ def test_image_pins_the_dagster_family_of_pyproject() -> None:
     assert 'pip install ".[deploy]"' in (DEPLOY / "Dockerfile").read_text()
 
 
-def test_the_shipped_tally_config_validates(tmp_path: Path) -> None:
-    for path in (DEPLOY / "tally" / "tally.yaml",):
-        config = load_config(str(path))
-        assert sorted(config.clouds) == ["demo-a", "demo-b", "demo-c"]
+def test_the_shipped_tally_config_and_tokens_validate(tmp_path: Path) -> None:
+    config = load_config(str(DEPLOY / "tally" / "tally.yaml"))
+    assert sorted(config.clouds) == ["demo-a", "demo-b", "demo-c"]
+    assert config.tokens_file == Path("/etc/tally/tokens.yaml")  # compose mounts deploy/tally/ there
+    book = TokenBook.load(DEPLOY / "tally" / "tokens.yaml")
+    assert book.authenticate("change-me-collector") is not None
     inline = next(d for d in _k8s() if d["kind"] == "ConfigMap" and d["metadata"]["name"] == "tally-files")
     (tmp_path / "tally.yaml").write_text(inline["data"]["tally.yaml"])
     assert load_config(str(tmp_path / "tally.yaml")).clouds["region-one"].provider == "openstack"

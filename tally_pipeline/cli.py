@@ -1,4 +1,4 @@
-"""The ``tally`` command. Every command takes ``--config FILE`` (or ``$TALLY_CONFIG``) and ``--database URL``."""
+"""The ``tally`` command. Every command takes ``--config FILE`` (or ``$TALLY_CONFIG``) and ``--database URL`` (or ``$TALLY_DATABASE``)."""
 
 from __future__ import annotations
 
@@ -27,7 +27,8 @@ def with_runtime(command: Callable[..., Any]) -> Callable[..., Any]:
         type=click.Path(dir_okay=False),
         help="Configuration file (YAML). Default: $TALLY_CONFIG, else the embedded default.",
     )
-    @click.option("--database", help="Database URL (duckdb://PATH or postgresql://…); overrides the config file.")
+    @click.option("--database", envvar="TALLY_DATABASE",
+                  help="Database URL (duckdb://PATH or postgresql://…); overrides the config file. Default: $TALLY_DATABASE.")
     @functools.wraps(command)
     def wrapper(*args: Any, config_path: str | None, database: str | None, **kwargs: Any) -> Any:
         try:

@@ -1,0 +1,72 @@
+"""Parquet snapshots of the asset tables, for analysts of an embedded DuckDB database.
+
+An embedded DuckDB file admits one process at a time, so an analyst who opens it while the pipeline
+runs gets a lock error (and would block the pipeline while reading). A snapshot is a folder of
+Parquet files, one per table, that DuckDB, polars or pandas read at any time. Each file is written
+beside its final name and renamed into place, so a reader sees either the previous snapshot or the
+new one, never half a file. ``_snapshot.json`` says when it was taken and how many rows each holds.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+
+from tally_pipeline.store.base import Store, StoreError
+from tally_pipeline.store.duckdb_store import DuckDBStore
+
+#: The tables analysts read (docs/data-dictionary.md), in the order they are written.
+SNAPSHOT_TABLES = (
+    "events", "rejected_events", "current_resources", "resource_intervals", "sync_runs", "sync_deferrals",
+    "usage_daily", "usage_checkpoints", "ledger_postings",
+)
+MANIFEST = "_snapshot.json"
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    directory: Path
+    written_at: datetime
+    rows: dict[str, int]
+
+
+def default_snapshot_dir(store: Store) -> Path:
+    """``snapshot/`` beside the DuckDB file."""
+    if not isinstance(store, DuckDBStore) or store.path in ("", ":memory:"):
+        raise StoreError("Parquet snapshots are taken of an embedded DuckDB file; Postgres serves analysts directly")
+    return Path(store.path).resolve().parent / "snapshot"
+
+
+def write_snapshot(store: Store, directory: Path | None = None, tables: tuple[str, ...] = SNAPSHOT_TABLES) -> Snapshot:
+    """Write each table to ``directory/<table>.parquet`` in one read transaction, then the manifest."""
+    if not isinstance(store, DuckDBStore):
+        raise StoreError("Parquet snapshots are taken of an embedded DuckDB file; Postgres serves analysts directly")
+    directory = directory or default_snapshot_dir(store)
+    directory.mkdir(parents=True, exist_ok=True)
+    written_at = datetime.now(UTC)
+    rows: dict[str, int] = {}
+    with store.connection() as con:
+        # One transaction: every file shows the database at the same instant.
+        con.execute("BEGIN TRANSACTION")
+        try:
+            for table in tables:
+                final = directory / f"{table}.parquet"
+                partial = directory / f".{table}.parquet.partial"
+                # The path is ours (a folder name and a table name from the list above), not data.
+                con.execute(f"COPY (SELECT * FROM {table}) TO '{_quoted(partial)}' (FORMAT parquet, COMPRESSION zstd)")
+                rows[table] = int(con.execute(f"SELECT count(*) FROM {table}").fetchall()[0][0])
+                os.replace(partial, final)
+        finally:
+            con.execute("ROLLBACK")
+    manifest = {"written_at": written_at.isoformat().replace("+00:00", "Z"), "rows": rows}
+    partial = directory / f".{MANIFEST}.partial"
+    partial.write_text(json.dumps(manifest, indent=2) + "\n")
+    os.replace(partial, directory / MANIFEST)
+    return Snapshot(directory, written_at, rows)
+
+
+def _quoted(path: Path) -> str:
+    return str(path).replace("'", "''")

@@ -1,0 +1,204 @@
+"""The files in deploy/ name only things that exist: commands, modules, ports, variables, files.
+
+No container engine or cluster runs here, so these files are checked for what can be checked: every
+YAML parses, every command they run is a real command of the image, every port agrees between the
+processes that listen and those that connect, every variable is read by something, every file they
+copy or mount is in the repository, Dagster's instance settings build a real instance on Postgres,
+and the tally config they ship validates.
+"""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+import tomllib
+from pathlib import Path
+from typing import Any
+
+import click
+import psycopg
+import pytest
+import yaml
+
+from tally_pipeline.api.auth import TokenBook
+from tally_pipeline.cli import main as tally_main
+from tally_pipeline.config import load_config
+
+ROOT = Path(__file__).resolve().parents[1]
+DEPLOY = ROOT / "deploy"
+API_PORT = 8080
+CODE_PORT = 4000
+
+
+def _yaml(path: Path) -> list[Any]:
+    return [doc for doc in yaml.safe_load_all(path.read_text()) if doc is not None]
+
+
+def _compose() -> dict[str, Any]:
+    return _yaml(DEPLOY / "compose.yaml")[0]
+
+
+def _k8s() -> list[dict[str, Any]]:
+    return _yaml(DEPLOY / "k8s" / "api.yaml")
+
+
+def _commands() -> list[list[str]]:
+    """Every command line the deploy files run."""
+    found = [svc["command"] for svc in _compose()["services"].values() if "command" in svc]
+    for doc in _k8s():
+        if doc["kind"] == "Deployment":
+            found += [c["command"] for c in doc["spec"]["template"]["spec"]["containers"]]
+    docker_cmd = re.search(r"^CMD (\[.*\])$", (DEPLOY / "Dockerfile").read_text(), re.M)
+    assert docker_cmd, "the Dockerfile has a CMD"
+    found.append(yaml.safe_load(docker_cmd.group(1)))
+    helm = _yaml(DEPLOY / "helm" / "values.yaml")[0]
+    for deployment in helm["dagster-user-deployments"]["deployments"]:
+        found.append(["dagster", "api", "grpc", *deployment["dagsterApiGrpcArgs"]])
+    return found
+
+
+@pytest.mark.parametrize("path", sorted(p.relative_to(ROOT).as_posix() for p in DEPLOY.rglob("*.yaml")))
+def test_every_yaml_file_parses(path: str) -> None:
+    assert _yaml(ROOT / path), f"{path} is empty"
+
+
+def test_tally_commands_exist_with_their_options() -> None:
+    tally = [c for c in _commands() if c[0] == "tally"]
+    assert {tuple(c[:2]) for c in tally} == {("tally", "serve"), ("tally", "db")}
+    for command in tally:
+        ctx = click.Context(tally_main)
+        cmd: click.Command = tally_main
+        args = command[1:]
+        while isinstance(cmd, click.Group):
+            cmd = cmd.get_command(ctx, args[0])
+            assert cmd is not None, f"{command}: no such tally command"
+            args = args[1:]
+        cmd.make_context(cmd.name, list(args))  # raises on an unknown option or a bad value
+
+
+def _dagster_cli(*args: str) -> subprocess.CompletedProcess[str]:
+    scripts = Path(sys.executable).parent
+    return subprocess.run([str(scripts / args[0]), *args[1:]], capture_output=True, text=True, timeout=120)
+
+
+def test_dagster_commands_exist() -> None:
+    seen = set()
+    for command in _commands():
+        if command[0] not in ("dagster", "dagster-webserver", "dagster-daemon"):
+            continue
+        words = [w for w in command if not w.startswith("-")]
+        verb = tuple(words[:3] if command[0] == "dagster" else words[:2])
+        if verb in seen:
+            continue
+        seen.add(verb)
+        done = _dagster_cli(*verb, "--help")
+        assert done.returncode == 0, f"{' '.join(verb)} --help: {done.stderr[-500:]}"
+        for option in (w for w in command if w.startswith("-")):
+            assert option in done.stdout, f"{' '.join(verb)} has no option {option}"
+    assert ("dagster", "code-server", "start") in seen and ("dagster-daemon", "run") in seen
+
+
+def test_code_location_module_is_the_projects() -> None:
+    modules = {c[c.index("-m") + 1] for c in _commands() if "-m" in c}
+    pyproject = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    assert modules == {pyproject["tool"]["dg"]["project"]["code_location_target_module"]}
+
+
+def test_ports_agree_between_listeners_and_callers() -> None:
+    compose = _compose()
+    workspace = _yaml(DEPLOY / "dagster" / "workspace.yaml")[0]
+    grpc = workspace["load_from"][0]["grpc_server"]
+    assert grpc["host"] in compose["services"] and grpc["port"] == CODE_PORT
+    assert grpc["location_name"] == tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["dg"]["project"][
+        "code_location_name"]
+    code = compose["services"][grpc["host"]]["command"]
+    assert code[code.index("-p") + 1] == str(CODE_PORT)
+    helm = _yaml(DEPLOY / "helm" / "values.yaml")[0]
+    assert helm["dagster-user-deployments"]["deployments"][0]["port"] == CODE_PORT
+
+    for command in _commands():
+        if command[:2] == ["tally", "serve"]:
+            assert command[command.index("--port") + 1] == str(API_PORT)
+    assert f"EXPOSE {API_PORT}" in (DEPLOY / "Dockerfile").read_text()
+    nginx = (DEPLOY / "proxy" / "nginx.conf").read_text()
+    upstreams = re.findall(r"server (\S+):(\d+)", nginx)
+    api_services = {name for name, svc in compose["services"].items() if svc.get("command", [])[:2] == ["tally", "serve"]}
+    assert {host for host, _ in upstreams} == api_services and len(api_services) == 2
+    assert {int(port) for _, port in upstreams} == {API_PORT}
+    for name in api_services:
+        assert f":{API_PORT}/healthz" in " ".join(compose["services"][name]["healthcheck"]["test"])
+    deployment = next(d for d in _k8s() if d["kind"] == "Deployment")
+    container = deployment["spec"]["template"]["spec"]["containers"][0]
+    assert container["ports"][0]["containerPort"] == API_PORT
+    assert container["readinessProbe"]["httpGet"]["path"] == "/healthz"
+    assert container["livenessProbe"]["httpGet"]["path"] == "/healthz"
+
+
+def test_every_variable_is_read_by_something() -> None:
+    compose = _compose()
+    names = set(compose["x-tally"]["environment"])
+    configmap = next(d for d in _k8s() if d["kind"] == "ConfigMap" and d["metadata"]["name"] == "tally-config")
+    names |= set(configmap["data"])
+    names |= {"TALLY_DATABASE"}  # the k8s Secret's key, named in the comment that creates it
+    source = "\n".join(p.read_text() for p in (ROOT / "tally_pipeline").rglob("*.py"))
+    instance = (DEPLOY / "dagster" / "dagster.yaml").read_text()
+    for name in sorted(names):
+        assert f'"{name}"' in source or f"env: {name}" in instance, f"{name} is set but nothing reads it"
+
+
+def test_every_copied_or_mounted_file_exists() -> None:
+    dockerfile = (DEPLOY / "Dockerfile").read_text()
+    for line in re.findall(r"^COPY (.+)$", dockerfile, re.M):
+        *sources, _dest = line.split()
+        for source in sources:
+            assert (ROOT / source).exists(), f"Dockerfile copies {source}, which is not in the repository"
+    compose = _compose()
+    for svc in compose["services"].values():
+        for volume in svc.get("volumes", []):
+            source = volume.split(":")[0]
+            if source.startswith("."):
+                assert (DEPLOY / source).exists(), f"compose mounts {source}, which is not in deploy/"
+    assert compose["x-tally"]["build"]["dockerfile"] == "deploy/Dockerfile"
+
+
+def test_image_pins_the_dagster_family_of_pyproject() -> None:
+    pyproject = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    dagster = next(d for d in pyproject["dependencies"] if d.startswith("dagster-postgres=="))
+    k8s = next(d for d in pyproject["optional-dependencies"]["deploy"] if d.startswith("dagster-k8s=="))
+    assert k8s.split("==")[1] == dagster.split("==")[1]
+    assert 'pip install ".[deploy]"' in (DEPLOY / "Dockerfile").read_text()
+
+
+def test_the_shipped_tally_config_and_tokens_validate(tmp_path: Path) -> None:
+    config = load_config(str(DEPLOY / "tally" / "tally.yaml"))
+    assert sorted(config.clouds) == ["demo-a", "demo-b", "demo-c"]
+    assert config.tokens_file == Path("/etc/tally/tokens.yaml")  # compose mounts deploy/tally/ there
+    book = TokenBook.load(DEPLOY / "tally" / "tokens.yaml")
+    assert book.authenticate("change-me-collector") is not None
+    inline = next(d for d in _k8s() if d["kind"] == "ConfigMap" and d["metadata"]["name"] == "tally-files")
+    (tmp_path / "tally.yaml").write_text(inline["data"]["tally.yaml"])
+    assert load_config(str(tmp_path / "tally.yaml")).clouds["region-one"].provider == "openstack"
+
+
+def test_dagster_instance_settings_build_a_queued_postgres_instance(
+        pg_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from dagster import DagsterInstance
+    from dagster._core.run_coordinator import QueuedRunCoordinator
+
+    info = psycopg.conninfo.conninfo_to_dict(pg_url)
+    home = tmp_path / "dagster_home"
+    home.mkdir()
+    (home / "dagster.yaml").write_text((DEPLOY / "dagster" / "dagster.yaml").read_text())
+    monkeypatch.setenv("DAGSTER_HOME", str(home))
+    for key, value in (("HOST", info.get("host", "127.0.0.1")), ("USER", info.get("user", "postgres")),
+                       ("PASSWORD", info.get("password", "")), ("DB", info["dbname"])):
+        monkeypatch.setenv(f"DAGSTER_PG_{key}", str(value))
+    with DagsterInstance.get() as instance:
+        assert isinstance(instance.run_coordinator, QueuedRunCoordinator)
+        assert type(instance.run_storage).__name__ == "PostgresRunStorage"
+        limits = instance.get_concurrency_config().run_queue_config.tag_concurrency_limits
+        assert limits == [{"key": "tally/cloud", "value": {"applyLimitPerUniqueValue": True}, "limit": 1}]
+    with psycopg.connect(pg_url) as conn:
+        tables = {r[0] for r in conn.execute("SELECT tablename FROM pg_tables WHERE schemaname = 'public'")}
+    assert {"runs", "event_logs"} <= tables

@@ -6,14 +6,24 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from tally_pipeline.adapters.base import DeletedListing, DeletedResource, Enumerated, Failed, ListedResource
+from tally_pipeline.adapters.base import (
+    Confirmation,
+    DeletedListing,
+    DeletedResource,
+    Enumerated,
+    Failed,
+    ListedResource,
+    SkippedResource,
+)
 from tally_pipeline.core.reconcile import (
+    Plan,
     ProjectedResource,
     Settings,
-    plan,
+    resolve,
     synthetic_event_id,
     synthetic_events,
 )
+from tally_pipeline.core.reconcile import plan as diff
 
 NOW = datetime(2026, 3, 2, 12, 0, tzinfo=UTC)
 OLD = NOW - timedelta(days=1)
@@ -33,6 +43,14 @@ def known(rid: str, *, status="live", size=S1, project="p1", last=OLD, rtype="vo
 
 def only(items, rtype="volume"):
     return [Enumerated(rtype, list(items))]
+
+
+def plan(*args, **kwargs) -> Plan:
+    """The diff, with every delete by absence confirmed gone by the platform (404)."""
+    result = diff(*args, **kwargs)
+    resolve(result, {(c.resource_type, c.resource_id): Confirmation(c.resource_id, True, "404")
+                     for c in result.pending}, SETTINGS)
+    return result
 
 
 def one(result):

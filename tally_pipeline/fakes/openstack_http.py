@@ -6,6 +6,7 @@ JSON (``openstack_json``) and applies the faults injected on ``FakeOpenStack``.
 
 from __future__ import annotations
 
+import email.utils
 import json
 import secrets
 import urllib.parse
@@ -50,6 +51,10 @@ class Handler(BaseHTTPRequestHandler):
             super().finish()
         finally:
             self.fake._track(self.connection, open_=False)
+
+    def date_time_string(self, timestamp: float | None = None) -> str:
+        """Every answer is dated by the fake's clock, as a real service dates it by its own."""
+        return email.utils.formatdate(self.fake.now().timestamp() if timestamp is None else timestamp, usegmt=True)
 
     def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - stdlib signature
         """Requests are recorded in ``FakeOpenStack.requests`` instead of printed."""

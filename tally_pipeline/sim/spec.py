@@ -64,7 +64,7 @@ class TransitionTimes:
 
     instance_build: Seconds = (20, 90)  # BUILD / spawning after created_at
     instance_resize: Seconds = (30, 180)  # RESIZE / resize_migrating
-    instance_verify: Seconds = (10, 120)  # VERIFY_RESIZE until the confirm that changes the size
+    instance_verify: Seconds = (10, 120)  # VERIFY_RESIZE (on the new flavor) until the confirm
     instance_delete: Seconds = (2, 15)  # ACTIVE / deleting before the server is gone
     volume_create: Seconds = (5, 30)
     volume_extend: Seconds = (5, 40)

@@ -231,7 +231,6 @@ def load_balancer_json(record: PlatformRecord) -> dict[str, Any]:
         "name": record.name or "",
         "description": "",
         "project_id": record.project_id,
-        "tenant_id": record.project_id,
         "provisioning_status": record.status,
         "operating_status": "ONLINE" if record.status == "ACTIVE" else "OFFLINE",
         "admin_state_up": True,

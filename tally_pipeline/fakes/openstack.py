@@ -223,6 +223,10 @@ class FakeOpenStack:
         with self._lock:
             self._down_cell.clear()
 
+    def down_cell_ids(self) -> frozenset[str]:
+        with self._lock:
+            return frozenset(self._down_cell)
+
     def in_down_cell(self, server_id: str) -> bool:
         with self._lock:
             return server_id in self._down_cell

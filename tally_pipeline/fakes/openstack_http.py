@@ -276,6 +276,14 @@ class Handler(BaseHTTPRequestHandler):
         )
         raise _Reply(status, body, headers)
 
+    def _down_among(self, records: list[PlatformRecord]) -> set[str]:
+        """The ids among ``records`` in a down cell (one snapshot per request: listings are long)."""
+        fake = self.fake
+        if fake.view.failure(fake.cloud, "instance") == "down_cell":
+            return {r.resource_id for r in records if self._down(r.resource_id)}
+        chosen = fake.down_cell_ids()
+        return {r.resource_id for r in records if r.resource_id in chosen} if chosen else set()
+
     def _down(self, server_id: str) -> bool:
         """In a down cell: put there by the test, or by the simulated platform's ``down_cell`` fault."""
         fake = self.fake
@@ -332,7 +340,7 @@ class Handler(BaseHTTPRequestHandler):
         # nova's list_records_by_skipping_down_cells: a paged, sorted or filtered listing silently
         # leaves a down cell's servers out; an unpaged one from 2.69 shows them as UNKNOWN
         minimal = version >= openstack_show.DOWN_CELL_MICROVERSION and not (set(query) - {"all_tenants"})
-        down = {r.resource_id for r in records if self._down(r.resource_id)}
+        down = self._down_among(records)
         if down and not minimal:
             records = [r for r in records if r.resource_id not in down]
         base_url = f"{fake.base_url}/compute/v2.1"

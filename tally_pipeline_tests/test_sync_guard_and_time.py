@@ -90,3 +90,23 @@ def test_a_deletion_date_inside_the_settle_window_is_deferred(store, ingestor) -
                    settle_window=300, mass_delete_guard=0.5, now=NOW, run_key="tick:settle")
     assert run.deleted == 0 and run.deferrals_by_reason() == {"settle_window": 1}
     assert run.deferrals[0].retry_after == NOW + timedelta(seconds=240)
+
+
+def test_unconfirmed_deletes_turn_sync_errors_red_and_show_in_metrics(store, ingestor) -> None:
+    from tally_pipeline.api.metrics import _store_gauges
+    from tally_pipeline.sim.platform import in_down_cell
+
+    hidden = next(f"i{n}" for n in range(200) if in_down_cell(f"i{n}"))  # a server the down cell holds
+    ingestor.ingest([{**collector_event("e1", hidden, "create", OLD), "resource_type": "instance",
+                      "event_type": "compute.instance.create.end",
+                      "payload": {"size": {"flavor_name": "m1", "vcpus": 1, "ram_mb": 512, "disk_gb": 1}}}], origin="t")
+    view = StaticView.of([rec(hidden, rtype="instance", status="ACTIVE")])
+    view.failures["instance"] = "down_cell"
+    run = run_sync(store, ingestor, CLOUD, SimulatedAdapter(view, CLOUD, resource_types=("instance",)),
+                   settle_window=300, mass_delete_guard=0.5, now=NOW, run_key="tick:down")
+    assert (run.status, run.deleted, run.unconfirmed) == ("succeeded", 0, 1)
+    condition = alerts.evaluate(store, [CLOUD], NOW, AlertSettings())["sync_errors"]
+    assert condition.firing and "1 deletes unconfirmed" in condition.message
+    lines = _store_gauges(store, [CLOUD])
+    assert f'tally_sync_last_unconfirmed{{cloud="{CLOUD}"}} 1' in lines
+    assert f'tally_sync_last_skipped{{cloud="{CLOUD}"}} 0' in lines

@@ -39,7 +39,7 @@ from keystoneauth1 import exceptions as ks_exceptions
 from openstack import exceptions as sdk_exceptions
 from openstack.connection import Connection
 
-from tally_pipeline.adapters import openstack_records as records
+import tally_pipeline.adapters.openstack_records as records
 from tally_pipeline.adapters.base import (
     AdapterError,
     Confirmation,

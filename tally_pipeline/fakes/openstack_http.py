@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from tally_pipeline.fakes import openstack_json as render
 from tally_pipeline.fakes import openstack_show
-from tally_pipeline.fakes.openstack import CINDER_MAX, DOMAIN, SERVICES, RecordedRequest, Service, Token
+from tally_pipeline.fakes.openstack_model import CINDER_MAX, DOMAIN, SERVICES, RecordedRequest, Service, Token
 from tally_pipeline.sim.platform import PlatformRecord, in_down_cell
 
 if TYPE_CHECKING:

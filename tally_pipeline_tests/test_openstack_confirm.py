@@ -164,3 +164,18 @@ def test_the_guard_holds_before_anything_is_asked(store) -> None:
         run = sync(store, fake, "instance")
         asked = fake.show_requests("instance")
     assert run.deferrals_by_reason() == {"mass_delete_guard": 20} and asked == []
+
+
+def test_a_server_waiting_in_verify_resize_is_billed_on_its_new_flavor(store) -> None:
+    from tally_pipeline_tests.openstack_cloud import LARGE
+
+    before = server("srv-resized", minute=1)
+    known(store, before)
+    # resize_confirm_window = 0: nova leaves it in VERIFY_RESIZE, already running on the new flavor
+    waiting = replace(record("instance", "srv-resized", LARGE, "VERIFY_RESIZE", minute=1),
+                      updated_at=NOW - timedelta(hours=3))
+    with running_fake([waiting]) as fake:
+        run = sync(store, fake, "instance")
+    assert (run.updated, run.deferred) == (1, 0)
+    state = queries.resource_state(store, CLOUD, "instance", "srv-resized")
+    assert state["size"] == LARGE

@@ -27,7 +27,9 @@ def last_runs(store: Store) -> list[rules.LastRun]:
     for cloud, status, poll, drift, error, per_type in rows:
         types = orjson.loads(per_type) if isinstance(per_type, str) else (per_type or {})
         tripped = any(t.get("guard_tripped") for t in types.values())
-        out.append(rules.LastRun(cloud, status, to_utc(poll), drift, error, tripped))
+        unconfirmed = sum((t.get("deferred_by_reason") or {}).get("unconfirmed", 0) for t in types.values())
+        skipped = sum(sum((t.get("skipped") or {}).values()) for t in types.values())
+        out.append(rules.LastRun(cloud, status, to_utc(poll), drift, error, tripped, unconfirmed, skipped))
     return out
 
 

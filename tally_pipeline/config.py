@@ -42,7 +42,7 @@ class SimulatedCloud(_Strict):
     loss: float = Field(default=0.0, ge=0, le=1, description="probability a collector event is lost")
     duplicates: float = Field(default=0.0, ge=0, le=1, description="probability an event is delivered twice")
     retention_hours: float = Field(default=24.0, gt=0, description="how long deleted servers stay listed")
-    failing_types: dict[str, Literal["error", "timeout", "empty"]] = Field(default_factory=dict)
+    failing_types: dict[str, Literal["error", "timeout", "empty", "down_cell"]] = Field(default_factory=dict)
 
     @field_validator("start")
     @classmethod

@@ -1,14 +1,19 @@
-"""One reconciliation run for one cloud: refresh, list, diff, write corrections through the ingest core.
+"""One reconciliation run for one cloud: refresh, list, diff, confirm, write corrections through the ingest core.
 
 Every run is a ``sync_runs`` row; what it deferred goes to ``sync_deferrals``. Two runs of one cloud
 never overlap: a run takes the cloud's row in ``sync_locks`` (a lease, so a crashed run's lock
 expires) and a second run is refused with ``SyncInProgress`` (the API answers 409).
+
+The run's ``tick`` (a schedule's instant) only names the run: it makes the run key, so a retried
+tick writes the same event ids. Each type's corrections are dated at its own poll time, the
+instant its listing began as the platform dated it (a simulated platform answers as of the tick).
 """
 
 from __future__ import annotations
 
 import gc
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -16,10 +21,11 @@ from typing import Any
 import orjson
 
 from tally_pipeline import projection
-from tally_pipeline.adapters.base import DeletedListing, PlatformAdapter, list_type
+from tally_pipeline.adapters.base import Confirmation, DeletedListing, PlatformAdapter, list_type
 from tally_pipeline.core import reconcile as rules
 from tally_pipeline.core.timeutil import to_utc
 from tally_pipeline.ingest import Ingestor
+from tally_pipeline.store import sync_runs as runs_sql
 from tally_pipeline.store.base import Store
 
 LOCK_LEASE = timedelta(hours=1)
@@ -37,8 +43,9 @@ class SyncRun:
     run_id: str
     cloud: str
     run_key: str
-    poll_time: datetime
+    poll_time: datetime  # the instant the run's first listing began
     started_at: datetime
+    tick: datetime | None = None  # the instant the run is named after (a schedule's tick)
     finished_at: datetime | None = None
     status: str = "running"
     per_type: dict[str, Any] = field(default_factory=dict)
@@ -48,7 +55,10 @@ class SyncRun:
     deleted: int = 0
     recovered: int = 0
     deferred: int = 0
+    unconfirmed: int = 0  # deletes by absence the platform did not confirm (deferred, never booked)
+    skipped: int = 0  # listed items unreadable, so neither billed nor deleted
     live_before: int = 0
+    first_load: bool = False  # the projection held nothing of the cloud: everything is new, not drift
     drift: float | None = None
     deleted_listing: str | None = None
     deferrals: list[rules.Deferral] = field(default_factory=list, repr=False)
@@ -58,6 +68,11 @@ class SyncRun:
         out = {k: v for k, v in self.__dict__.items() if k not in ("deferrals",)}
         out["deferrals_by_reason"] = self.deferrals_by_reason()
         return out
+
+    def as_row(self) -> dict[str, Any]:
+        row = {k: v for k, v in self.__dict__.items() if k in runs_sql.RUN_COLUMNS}
+        row["per_type"] = orjson.dumps(self.per_type).decode()
+        return row
 
     def deferrals_by_reason(self) -> dict[str, int]:
         counts: dict[str, int] = {}
@@ -71,14 +86,7 @@ def _wall() -> datetime:
 
 
 def projected_resources(store: Store, cloud: str) -> list[rules.ProjectedResource]:
-    epoch_us = ("epoch_us(last_event_at)" if store.dialect == "duckdb"
-                else "(extract(epoch FROM last_event_at) * 1000000)::bigint")
-    size = "size::VARCHAR" if store.dialect == "duckdb" else "size::text"
-    rows = store.query(
-        f"SELECT resource_type, resource_id, status, project_id, {size}, {epoch_us} "
-        "FROM current_resources WHERE cloud = %s",
-        [cloud],
-    )
+    rows = runs_sql.projection_rows(store, cloud)
     sizes: dict[str, Any] = {}  # sizes repeat (a few flavors): parse each distinct text once
 
     def parsed(size: Any) -> Any:
@@ -101,58 +109,28 @@ def projected_resources(store: Store, cloud: str) -> list[rules.ProjectedResourc
 
 
 def _acquire(store: Store, cloud: str, run_id: str, wall: datetime) -> None:
-    def work(uow: Any) -> bool:
-        uow.execute("DELETE FROM sync_locks WHERE cloud = %s AND acquired_at < %s", (cloud, wall - LOCK_LEASE))
-        got = uow.fetchall(
-            "INSERT INTO sync_locks (cloud, run_id, acquired_at) VALUES (%s, %s, %s) "
-            "ON CONFLICT (cloud) DO NOTHING RETURNING run_id",
-            (cloud, run_id, wall),
-        )
-        return bool(got)
-
-    if not store.run(work):
-        holder = store.query("SELECT run_id, acquired_at FROM sync_locks WHERE cloud = %s", [cloud])
-        detail = f" (run {holder[0][0]} since {holder[0][1].isoformat()})" if holder else ""
+    if not runs_sql.acquire_lock(store, cloud, run_id, wall, wall - LOCK_LEASE):
+        holder = runs_sql.lock_holder(store, cloud)
+        detail = f" (run {holder[0]} since {holder[1].isoformat()})" if holder else ""
         raise SyncInProgress(f"a reconciliation of cloud {cloud!r} is already running{detail}")
 
 
 def _release(store: Store, cloud: str, run_id: str) -> None:
-    store.run(lambda uow: uow.execute("DELETE FROM sync_locks WHERE cloud = %s AND run_id = %s", (cloud, run_id)))
+    runs_sql.release_lock(store, cloud, run_id)
 
 
 def _since(store: Store, cloud: str, now: datetime) -> datetime:
     """Ask for deletions since the last successful run (minus a margin), or a day back on a first run."""
-    rows = store.query(
-        "SELECT max(poll_time) FROM sync_runs WHERE cloud = %s AND status IN ('succeeded', 'partial') AND poll_time <= %s",
-        [cloud, now],
-    )
-    last = rows[0][0] if rows and rows[0][0] is not None else None
+    last = runs_sql.last_good_poll(store, cloud, now)
     return (to_utc(last) - DELETED_MARGIN) if last is not None else now - FIRST_RUN_LOOKBACK
 
 
 def _record(store: Store, run: SyncRun) -> None:
-    values = (run.cloud, run.run_key, run.poll_time, run.started_at, run.finished_at, run.status,
-              orjson.dumps(run.per_type).decode(), run.error, run.created, run.updated, run.deleted,
-              run.recovered, run.deferred, run.live_before, run.drift, run.deleted_listing)
-
-    def work(uow: Any) -> None:
-        uow.execute("DELETE FROM sync_runs WHERE run_id = %s", (run.run_id,))
-        uow.execute(
-            "INSERT INTO sync_runs (run_id, cloud, run_key, poll_time, started_at, finished_at, status, per_type, "
-            "error, created, updated, deleted, recovered, deferred, live_before, drift, deleted_listing) "
-            "VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)",
-            (run.run_id, *values),
-        )
-        if run.status != "running" and run.deferrals:
-            uow.execute("DELETE FROM sync_deferrals WHERE run_id = %s", (run.run_id,))
-            uow.executemany(
-                "INSERT INTO sync_deferrals (run_id, cloud, resource_type, resource_id, action, reason, detail, "
-                "retry_after, deferred_at) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s) ON CONFLICT DO NOTHING",
-                [(run.run_id, run.cloud, d.resource_type, d.resource_id, d.action, d.reason, d.detail,
-                  d.retry_after, run.poll_time) for d in run.deferrals],
-            )
-
-    store.run(work)
+    deferrals = None
+    if run.status != "running" and run.deferrals:
+        deferrals = [(run.run_id, run.cloud, d.resource_type, d.resource_id, d.action, d.reason, d.detail,
+                      d.retry_after, run.poll_time) for d in run.deferrals]
+    runs_sql.write_run(store, run.as_row(), deferrals)
 
 
 def run_sync(
@@ -165,21 +143,26 @@ def run_sync(
     mass_delete_guard: float,
     now: datetime | None = None,
     run_key: str | None = None,
+    clock: Callable[[], datetime] | None = None,
 ) -> SyncRun:
-    """Reconcile one cloud at ``now`` (default: the wall clock), dating corrections at ``now``.
+    """Reconcile one cloud; ``now`` is the run's tick (default: the wall clock).
 
     ``run_key`` makes the synthetic event ids: a scheduled tick passes its tick time, so a retried
-    tick writes the same ids and dedup absorbs them.
+    tick writes the same ids and dedup absorbs them. Each type's poll time is when the adapter says
+    it observed the listing (``observed_at``: OpenStack's answer dates), else ``clock`` read as the
+    listing begins, else ``now`` (a simulated platform answers as of the tick).
     """
     wall = _wall()
-    now = to_utc(now) if now is not None else wall
-    run = SyncRun(run_id=str(uuid.uuid4()), cloud=cloud, run_key=run_key or f"manual:{now.isoformat()}",
-                  poll_time=now, started_at=wall)
+    tick = to_utc(now) if now is not None else wall
+    observe = clock or (lambda: tick)
+    run = SyncRun(run_id=str(uuid.uuid4()), cloud=cloud, run_key=run_key or f"manual:{tick.isoformat()}",
+                  poll_time=tick, started_at=wall, tick=tick)
     _acquire(store, cloud, run.run_id, wall)
     try:
         _record(store, run)
         try:
-            _reconcile(store, ingestor, adapter, run, rules.Settings(timedelta(seconds=settle_window), mass_delete_guard))
+            _reconcile(store, ingestor, adapter, run, rules.Settings(timedelta(seconds=settle_window), mass_delete_guard),
+                       observe)
         except Exception as exc:
             run.status = "failed"
             run.error = f"{type(exc).__name__}: {exc}"[:2000]
@@ -199,15 +182,44 @@ def run_sync(
             pass
 
 
-def _reconcile(store: Store, ingestor: Ingestor, adapter: PlatformAdapter, run: SyncRun, settings: rules.Settings) -> None:
-    cloud, now = run.cloud, run.poll_time
+def _confirm(adapter: PlatformAdapter, pending: list[rules.Correction], asked: dict[tuple[str, str], Confirmation],
+             polls: dict[str, datetime]) -> None:
+    """Ask the platform about the deletes by absence not asked yet this run (one batch per type)."""
+    todo: dict[str, list[str]] = {}
+    for c in pending:
+        if (c.resource_type, c.resource_id) not in asked:
+            todo.setdefault(c.resource_type, []).append(c.resource_id)
+    confirm = getattr(adapter, "confirm_gone", None)
+    for rtype, ids in todo.items():
+        if confirm is None:  # a provider that cannot be asked by id: its listing is taken as complete
+            answers = {rid: Confirmation(rid, True, "the adapter cannot confirm by id; listing taken as complete")
+                       for rid in ids}
+        else:
+            answers = confirm(rtype, ids, at=polls[rtype])
+        for rid in ids:
+            asked[(rtype, rid)] = answers.get(rid) or Confirmation(rid, False, "no answer from the adapter")
+
+
+def _reconcile(store: Store, ingestor: Ingestor, adapter: PlatformAdapter, run: SyncRun, settings: rules.Settings,
+               observe: Callable[[], datetime]) -> None:
+    cloud = run.cloud
     types = [t for t in adapter.resource_types if t in ingestor.registry]
-    listings = [list_type(adapter, t, at=now) for t in types]
+    polls: dict[str, datetime] = {}
+    listings = []
+    observed_at = getattr(adapter, "observed_at", None)
+    for rtype in types:
+        began = to_utc(observe())
+        listings.append(list_type(adapter, rtype, at=began))
+        # A platform that dates its answers (OpenStack: the first page's Date) says best when it was seen.
+        seen = observed_at(rtype) if observed_at is not None else None
+        polls[rtype] = to_utc(seen) if seen is not None else began
+    run.poll_time = min(polls.values(), default=run.poll_time)
     deleted: DeletedListing | None = None
     deleted_since = getattr(adapter, "deleted_since", None)
     if deleted_since is not None:
+        at = polls.get("instance", run.poll_time)
         try:
-            deleted = deleted_since(_since(store, cloud, now), at=now)
+            deleted = deleted_since(_since(store, cloud, run.poll_time), at=at)
         except Exception as exc:  # noqa: BLE001 - no deletion times this run: deletes fall back to poll time
             deleted = DeletedListing(available=False, reason=f"{type(exc).__name__}: {exc}")
     run.deleted_listing = "available" if deleted is not None and deleted.available else (
@@ -215,10 +227,20 @@ def _reconcile(store: Store, ingestor: Ingestor, adapter: PlatformAdapter, run: 
 
     first: rules.Plan | None = None
     last: rules.Plan | None = None
+    held: dict[str, str] | None = None  # the mass-delete guard, decided by the first round for the whole run
+    asked: dict[tuple[str, str], Confirmation] = {}
+    stored_by_type: dict[str, dict[str, int]] = {}
     for round_no in range(1, MAX_ROUNDS + 1):
         projection.refresh(store)
-        current = rules.plan(projected_resources(store, cloud), listings, deleted, settings, now)
-        first = first or current
+        projected = projected_resources(store, cloud)
+        if first is None:
+            run.first_load = not projected
+        current = rules.plan(projected, listings, deleted, settings, run.poll_time, poll_times=polls, held=held)
+        if current.pending:
+            _confirm(adapter, current.pending, asked, polls)
+            rules.resolve(current, asked, settings)
+        if first is None:
+            first, held = current, current.held_by_guard()
         last = current
         run.rounds = round_no
         if not current.corrections:
@@ -233,29 +255,57 @@ def _reconcile(store: Store, ingestor: Ingestor, adapter: PlatformAdapter, run: 
                     continue
                 stored += 1
                 correction = by_id[result.event_id or ""]
-                if correction.recovered:
-                    run.recovered += correction.action == "create"
-                elif correction.action == "create":
-                    run.created += 1
-                elif correction.action == "update":
-                    run.updated += 1
-                else:
-                    run.deleted += 1
+                key = "recovered" if correction.recovered else {"create": "created", "update": "updated",
+                                                                "delete": "deleted"}[correction.action]
+                if correction.recovered and correction.action == "delete":
+                    continue  # a recovered resource counts once, by its create
+                counts = stored_by_type.setdefault(correction.resource_type, {})
+                counts[key] = counts.get(key, 0) + 1
         if stored == 0:  # a retried run: everything was already written by the same run key
             break
     projection.refresh(store)
 
     assert first is not None and last is not None
+    _summarise(run, first, last, stored_by_type)
+
+
+def _summarise(run: SyncRun, first: rules.Plan, last: rules.Plan, stored: dict[str, dict[str, int]]) -> None:
+    """Per-type numbers and the run's totals, from the same counts so they always agree.
+
+    Listing outcomes, live counts and the guard come from the first round (the state before the
+    run); deferrals from the last (what is still waiting when the run ends); corrections are what
+    every round stored.
+    """
     run.deferrals = last.deferrals
-    run.deferred = len(last.deferrals)
+    deferred_by_type: dict[str, dict[str, int]] = {}
+    for d in last.deferrals:
+        reasons = deferred_by_type.setdefault(d.resource_type, {})
+        reasons[d.reason] = reasons.get(d.reason, 0) + 1
+    run.per_type = {}
+    for rtype, o in sorted(first.types.items()):
+        counts = stored.get(rtype, {})
+        deferred = deferred_by_type.get(rtype, {})
+        skipped = last.types[rtype].skipped if rtype in last.types else o.skipped
+        run.per_type[rtype] = {
+            "status": o.status, "listed": o.listed, "reason": o.reason, "live_before": o.live_before,
+            "poll_time": o.poll_time.isoformat() if o.poll_time else None,
+            "created": counts.get("created", 0), "updated": counts.get("updated", 0),
+            "deleted": counts.get("deleted", 0), "recovered": counts.get("recovered", 0),
+            "corrections": sum(counts.values()),
+            "deferred": sum(deferred.values()), "deferred_by_reason": dict(sorted(deferred.items())),
+            "unknown": o.unknown, "skipped": dict(sorted(skipped.items())),
+            "guard_tripped": o.guard_tripped,
+        }
+    for key in ("created", "updated", "deleted", "recovered", "deferred"):
+        setattr(run, key, sum(t[key] for t in run.per_type.values()))
+    run.unconfirmed = sum(t["deferred_by_reason"].get("unconfirmed", 0) for t in run.per_type.values())
+    run.skipped = sum(sum(t["skipped"].values()) for t in run.per_type.values())
     run.live_before = sum(o.live_before for o in first.types.values())
-    run.per_type = {
-        t: {"status": o.status, "listed": o.listed, "reason": o.reason, "corrections": o.corrections,
-            "deferred": o.deferred, "guard_tripped": o.guard_tripped}
-        for t, o in sorted(first.types.items())
-    }
-    guard = sum(1 for d in last.deferrals if d.reason == "mass_delete_guard")
-    run.drift = round((run.created + run.updated + run.deleted + run.recovered + guard) / max(1, run.live_before), 6)
+    # Drift: the share of the live resources before the run that it corrected or held behind the
+    # guard. A first load (the projection knew nothing of the cloud) is not drift: everything is new.
+    guard = sum(t["deferred_by_reason"].get("mass_delete_guard", 0) for t in run.per_type.values())
+    changed = run.created + run.updated + run.deleted + run.recovered + guard
+    run.drift = 0.0 if run.first_load else round(changed / max(1, run.live_before), 6)
     failed = [t for t, o in first.types.items() if o.status == "failed"]
     run.status = "failed" if failed and len(failed) == len(first.types) else "partial" if failed else "succeeded"
     if failed:
@@ -264,20 +314,8 @@ def _reconcile(store: Store, ingestor: Ingestor, adapter: PlatformAdapter, run: 
 
 def sync_runs(store: Store, *, cloud: str | None = None, limit: int = 20) -> list[dict[str, Any]]:
     """The latest runs, newest first."""
-    where, params = ("WHERE cloud = %s", [cloud]) if cloud else ("", [])
-    rows = store.query(
-        "SELECT run_id, cloud, run_key, poll_time, started_at, finished_at, status, per_type, error, created, "
-        f"updated, deleted, recovered, deferred, live_before, drift, deleted_listing FROM sync_runs {where} "
-        "ORDER BY started_at DESC LIMIT %s",
-        [*params, limit],
-    )
-    names = ("run_id", "cloud", "run_key", "poll_time", "started_at", "finished_at", "status", "per_type", "error",
-             "created", "updated", "deleted", "recovered", "deferred", "live_before", "drift", "deleted_listing")
-    out = []
-    for row in rows:
-        item = dict(zip(names, row))
+    out = runs_sql.latest_runs(store, cloud=cloud, limit=limit)
+    for item in out:
         if isinstance(item["per_type"], str):
             item["per_type"] = orjson.loads(item["per_type"])
-        out.append(item)
     return out
-

@@ -52,7 +52,7 @@ CLOUD: list[tuple[PlatformRecord, bool]] = [
     (record("instance", "srv-build", SMALL, "BUILD", task_state="spawning", minute=2), True),
     (record("instance", "srv-deleting", LARGE, "ACTIVE", task_state="deleting", minute=3, project="p-beta"), True),
     (record("instance", "srv-resize", LARGE, "RESIZE", task_state="resize_migrating", minute=4), True),
-    (record("instance", "srv-verify", LARGE, "VERIFY_RESIZE", minute=5), True),
+    (record("instance", "srv-verify", LARGE, "VERIFY_RESIZE", minute=5), False),  # runs on the new flavor
     (record("instance", "srv-shutoff", SMALL, "SHUTOFF", minute=6, project="p-beta"), False),
     (record("volume", "vol-available", {"gb": 10, "volume_type": "ssd"}, "available", minute=7, micro=123456), False),
     (record("volume", "vol-in-use", {"gb": 200, "volume_type": "hdd"}, "in-use", minute=8, project="p-beta"), False),

@@ -142,7 +142,7 @@ def test_listing_streams_one_page_at_a_time() -> None:
         ("instance", "BUILD", None, True),
         ("instance", "ACTIVE", "deleting", True),
         ("instance", "RESIZE", None, True),
-        ("instance", "VERIFY_RESIZE", None, True),
+        ("instance", "VERIFY_RESIZE", None, False),  # runs on the new flavor already
         ("instance", "MIGRATING", None, True),
         ("instance", "ACTIVE", "image_snapshot", True),
         ("instance", "ACTIVE", None, False),

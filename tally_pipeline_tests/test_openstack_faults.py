@@ -109,12 +109,16 @@ def test_the_views_own_faults_are_served_too() -> None:
     assert len(enumerated(listings["instance"])) == COUNTS["instance"]
 
 
-def test_a_record_missing_its_project_fails_its_type() -> None:
+def test_a_record_missing_its_project_is_skipped_and_its_type_still_enumerates() -> None:
     broken = record("floating_ip", "fip-orphan", {"floating_network_id": None}, "ACTIVE", project="")
-    with running_fake([broken, record("instance", "srv", SMALL, "ACTIVE")]) as fake:
+    fine = record("floating_ip", "fip-fine", {"floating_network_id": None}, "ACTIVE")
+    with running_fake([broken, fine, record("instance", "srv", SMALL, "ACTIVE")]) as fake:
         with OpenStackAdapter("c", config(fake)) as adapter:
             listings = list_all(adapter)
-    assert "malformed floating IP record fip-orphan: no project" in failed(listings["floating_ip"])
+    assert set(enumerated(listings["floating_ip"])) == {"fip-fine"}
+    skipped = listings["floating_ip"].skipped
+    assert [(s.resource_id, s.reason) for s in skipped] == [("fip-orphan", "no_project")]
+    assert "malformed floating IP record fip-orphan: no project" in skipped[0].detail
     assert set(enumerated(listings["instance"])) == {"srv"}
 
 

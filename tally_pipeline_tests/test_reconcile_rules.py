@@ -6,14 +6,24 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from tally_pipeline.adapters.base import DeletedListing, DeletedResource, Enumerated, Failed, ListedResource
+from tally_pipeline.adapters.base import (
+    Confirmation,
+    DeletedListing,
+    DeletedResource,
+    Enumerated,
+    Failed,
+    ListedResource,
+    SkippedResource,
+)
 from tally_pipeline.core.reconcile import (
+    Plan,
     ProjectedResource,
     Settings,
-    plan,
+    resolve,
     synthetic_event_id,
     synthetic_events,
 )
+from tally_pipeline.core.reconcile import plan as diff
 
 NOW = datetime(2026, 3, 2, 12, 0, tzinfo=UTC)
 OLD = NOW - timedelta(days=1)
@@ -33,6 +43,14 @@ def known(rid: str, *, status="live", size=S1, project="p1", last=OLD, rtype="vo
 
 def only(items, rtype="volume"):
     return [Enumerated(rtype, list(items))]
+
+
+def plan(*args, **kwargs) -> Plan:
+    """The diff, with every delete by absence confirmed gone by the platform (404)."""
+    result = diff(*args, **kwargs)
+    resolve(result, {(c.resource_type, c.resource_id): Confirmation(c.resource_id, True, "404")
+                     for c in result.pending}, SETTINGS)
+    return result
 
 
 def one(result):
@@ -166,3 +184,66 @@ def test_synthetic_ids_are_deterministic_per_run_key_and_verb() -> None:
     events = synthetic_events("c1", "tick:1", plan([], only([listed("v1")]), None, SETTINGS, NOW).corrections)
     assert events[0]["event_type"] == "sync.create" and events[0]["source"] == "reconciliation"
     assert events[0]["event_id"] == a and events[0]["payload"]["size"] == S1
+
+
+# --- confirmations, placeholders, skipped items, the guard held for the run -------------------
+
+
+def test_a_delete_by_absence_waits_for_the_platform_and_is_deferred_when_not_confirmed() -> None:
+    result = diff([known("v1"), known("v2")], only([]), None, SETTINGS, NOW)
+    assert result.corrections == [] and [c.resource_id for c in result.pending] == ["v1", "v2"]
+    resolve(result, {("volume", "v1"): Confirmation("v1", True, "404"),
+                     ("volume", "v2"): Confirmation("v2", False, "still answers: status available")}, SETTINGS)
+    assert [(c.action, c.resource_id, c.occurred_at) for c in result.corrections] == [("delete", "v1", NOW)]
+    assert [(d.resource_id, d.reason, d.retry_after) for d in result.deferrals] == [("v2", "unconfirmed", None)]
+    assert "still answers" in result.deferrals[0].detail and result.pending == []
+
+
+def test_a_confirmation_that_dates_the_delete_dates_it_unless_inside_the_settle_window() -> None:
+    long_ago, recent = NOW - timedelta(hours=2), NOW - timedelta(seconds=30)
+    result = diff([known("v1"), known("v2")], only([]), None, SETTINGS, NOW)
+    resolve(result, {("volume", "v1"): Confirmation("v1", True, "shows it DELETED", long_ago),
+                     ("volume", "v2"): Confirmation("v2", True, "shows it DELETED", recent)}, SETTINGS)
+    assert [(c.resource_id, c.occurred_at) for c in result.corrections] == [("v1", long_ago)]
+    assert [(d.resource_id, d.reason) for d in result.deferrals] == [("v2", "settle_window")]
+
+
+def test_an_unknown_placeholder_is_present_with_nothing_corrected() -> None:
+    placeholder = ListedResource("volume", "v1", "p1", {}, "UNKNOWN", False, OLD, None, unknown=True)
+    stranger = ListedResource("volume", "v2", "p1", {}, "UNKNOWN", False, OLD, None, unknown=True)
+    result = diff([known("v1")], only([placeholder, stranger]), None, SETTINGS, NOW)
+    assert result.corrections == [] and result.pending == []
+    assert [(d.action, d.resource_id, d.reason) for d in result.deferrals] == [("create", "v2", "unconfirmed")]
+    assert (result.types["volume"].status, result.types["volume"].unknown) == ("enumerated", 2)
+
+
+def test_a_skipped_item_is_present_and_counted_by_reason() -> None:
+    listing = [Enumerated("volume", [], skipped=[SkippedResource("volume", "v1", "no_project", "no project")])]
+    result = diff([known("v1")], listing, None, SETTINGS, NOW)
+    assert result.corrections == result.pending == result.deferrals == []
+    assert result.types["volume"].skipped == {"no_project": 1}
+
+
+def test_a_guard_held_earlier_in_the_run_holds_whatever_the_live_count_is_now() -> None:
+    projected = [known(f"v{i}") for i in range(40)]
+    listing = only([listed(f"v{i}") for i in range(1, 40)])  # one missing: far below the guard
+    assert len(diff(projected, listing, None, SETTINGS, NOW).pending) == 1
+    held = diff(projected, listing, None, SETTINGS, NOW, held={"volume": "29 of 30 missing earlier"})
+    assert held.pending == [] and held.types["volume"].guard_tripped
+    assert [(d.resource_id, d.reason, d.detail) for d in held.deferrals] == [
+        ("v0", "mass_delete_guard", "29 of 30 missing earlier")]
+
+
+def test_a_resource_listed_again_after_its_delete_restarts_at_the_platforms_restore_time() -> None:
+    restored = NOW - timedelta(hours=1)
+    c = one(plan([known("v1", status="deleted", last=OLD)], only([listed("v1", created=OLD, updated=restored)]),
+                 None, SETTINGS, NOW))
+    assert (c.action, c.occurred_at) == ("create", restored)
+
+
+def test_each_type_is_dated_at_its_own_poll_time() -> None:
+    later = NOW + timedelta(minutes=3)
+    listings = [Enumerated("volume", []), Enumerated("image", [])]
+    result = plan([known("v1"), known("i1", rtype="image")], listings, None, SETTINGS, NOW,
+                  poll_times={"volume": NOW, "image": later})
+    assert sorted((c.resource_type, c.occurred_at) for c in result.corrections) == [("image", later), ("volume", NOW)]

@@ -11,7 +11,7 @@ from tally_pipeline.sim import SIMULATED_TYPES, SimulatedPlatform, SimulationSpe
 
 SECOND = timedelta(seconds=1)
 SETTLED = {
-    "instance": {"ACTIVE"},
+    "instance": {"ACTIVE", "VERIFY_RESIZE"},  # VERIFY_RESIZE runs on the new flavor
     "volume": {"available", "in-use"},
     "floating_ip": {"ACTIVE", "DOWN"},
     "image": {"active"},
@@ -87,11 +87,14 @@ def test_instances_build_resize_and_delete_through_transitional_states(sim) -> N
             _transitional(sim, lc, lc.created_at + SECOND, "BUILD", "spawning")
             created += 1
         for interval in lc.intervals[1:]:
-            record = _transitional(sim, lc, interval.start - SECOND, "VERIFY_RESIZE")
-            assert record.size != interval.size  # the flavor changes when the resize is confirmed
-            resize_begins = max(p.at for p in lc.phases if p.status == "RESIZE" and p.at < interval.start)
-            _transitional(sim, lc, resize_begins, "RESIZE", "resize_migrating")
-            after = shown(sim, lc, interval.start)
+            # nova runs the server on the new flavor from finish_resize: VERIFY_RESIZE shows it, settled
+            verify = shown(sim, lc, interval.start)
+            assert (verify.status, verify.task_state, verify.size) == ("VERIFY_RESIZE", None, interval.size)
+            assert not in_transition("instance", verify.status, verify.task_state)
+            record = _transitional(sim, lc, interval.start - SECOND, "RESIZE", "resize_migrating")
+            assert record.size != interval.size
+            confirmed = min(p.at for p in lc.phases if p.status == "ACTIVE" and p.at > interval.start)
+            after = shown(sim, lc, confirmed)
             assert (after.status, after.task_state, after.size) == ("ACTIVE", None, interval.size)
             resized += 1
         if lc.deleted_at is not None:

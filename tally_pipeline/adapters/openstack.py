@@ -15,13 +15,20 @@ discovery, timeouts, retries); pages are read as JSON one at a time (``openstack
 memory stays flat for any cloud size. Whatever goes wrong while listing one type (service missing
 from the catalog, an HTTP error, a timeout, a page that is not what the API promises) is raised as
 an ``AdapterError`` with a short reason, which ``adapters.base.list_type`` turns into that type's
-``Failed(reason)``; the other types carry on.
+``Failed(reason)``; the other types carry on. One unreadable record is skipped with its reason
+(``openstack_records``), not a failure of its type.
+
+A resource missing from a listing is asked for by id before reconciliation deletes it
+(``confirm_gone``): nova leaves the servers of a down cell out of every paged listing
+(``list_records_by_skipping_down_cells``), so absence alone proves nothing. Each type's poll time is
+the ``Date`` its service put on the listing's first page (``observed_at``).
 """
 
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Iterator
+import urllib.parse
+from collections.abc import Callable, Iterator, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -32,9 +39,18 @@ from keystoneauth1 import exceptions as ks_exceptions
 from openstack import exceptions as sdk_exceptions
 from openstack.connection import Connection
 
-from tally_pipeline.adapters import openstack_records as records
-from tally_pipeline.adapters.base import AdapterError, DeletedListing, DeletedResource, ListedResource
-from tally_pipeline.adapters.openstack_pages import ListCall, MalformedPage, pages
+import tally_pipeline.adapters.openstack_records as records
+from tally_pipeline.adapters.base import (
+    AdapterError,
+    Confirmation,
+    DeletedListing,
+    DeletedResource,
+    ListedResource,
+    SkippedResource,
+    SkipItem,
+    confirm_each,
+)
+from tally_pipeline.adapters.openstack_pages import ListCall, MalformedPage, pages, response_date
 from tally_pipeline.config import OpenStackCloud
 from tally_pipeline.core.timeutil import format_rfc3339
 
@@ -53,6 +69,23 @@ NOVA_FLAVOR_MICROVERSION = (2, 47)
 NOVA_NEWEST_KNOWN = (2, 96)
 #: Retried besides connection failures and timeouts: rate limits and gateways that blink.
 RETRIABLE_STATUS_CODES = (429, 502, 503, 504)
+#: How many "is it really gone?" requests run at once, per type, after a listing.
+CONFIRM_CONCURRENCY = 8
+#: Per type: the SDK proxy, the show-by-id path and the key holding the record (glance: the body).
+_SHOW: dict[str, tuple[str, str, str | None]] = {
+    "instance": ("compute", "/servers/{}", "server"),
+    "volume": ("block_storage", "/volumes/{}", "volume"),
+    "floating_ip": ("network", "/floatingips/{}", "floatingip"),
+    "image": ("image", "/images/{}", None),
+    "load_balancer": ("load_balancer", "/lbaas/loadbalancers/{}", "loadbalancer"),
+}
+#: Statuses under which a service still shows a record it has deleted (glance with delayed delete,
+#: octavia for a while after a delete, nova's soft delete): gone for billing.
+_GONE_STATUSES: dict[str, frozenset[str]] = {
+    "instance": frozenset({"DELETED", "SOFT_DELETED"}),
+    "image": frozenset({"DELETED"}),
+    "load_balancer": frozenset({"DELETED"}),
+}
 #: The SDK's config-key prefixes of the services we read.
 _SDK_SERVICE_KEYS = ("compute", "block_storage", "network", "image", "load_balancer")
 
@@ -65,8 +98,12 @@ class OpenStackAdapter:
     environment lookup).
     """
 
-    def __init__(self, cloud: str, config: OpenStackCloud, *, connection: Connection | None = None):
+    def __init__(self, cloud: str, config: OpenStackCloud, *, connection: Connection | None = None,
+                 clock: Callable[[], datetime] | None = None):
         self.cloud = cloud
+        self._clock = clock or (lambda: datetime.now(UTC))
+        #: Per type, when its latest listing was answered (see ``observed_at``).
+        self._observed: dict[str, datetime] = {}
         self.config = config
         self.resource_types: tuple[str, ...] = tuple(config.resource_types or RESOURCE_TYPES)
         self._connection = connection
@@ -98,12 +135,13 @@ class OpenStackAdapter:
 
     # --- the adapter protocol --------------------------------------------------------------
 
-    def enumerate(self, resource_type: str, *, at: datetime) -> Iterator[ListedResource]:
+    def enumerate(self, resource_type: str, *, at: datetime) -> Iterator[ListedResource | SkippedResource]:
         """Stream every resource of one type across all projects, page by page (``at`` is ignored:
         a real cloud answers for now)."""
         if resource_type not in self.resource_types:
             raise AdapterError(f"{resource_type} is not listed for cloud {self.cloud}")
         lister = _LISTERS[resource_type]
+        self._observed[resource_type] = self._clock()
         try:
             yield from lister(self)
         except AdapterError:
@@ -111,12 +149,22 @@ class OpenStackAdapter:
         except Exception as exc:  # noqa: BLE001 - every failure becomes this type's reason
             raise AdapterError(self._explain(resource_type, exc)) from exc
 
+    def observed_at(self, resource_type: str) -> datetime | None:
+        """When the type's latest listing was observed: the ``Date`` its service put on the first
+        page, else our clock as the listing began."""
+        return self._observed.get(resource_type)
+
+    def _answered(self, resource_type: str) -> Callable[[datetime], None]:
+        return lambda stamp: self._observed.__setitem__(resource_type, stamp)
+
     def deleted_since(self, since: datetime, *, at: datetime) -> DeletedListing:
         """Nova's deleted servers changed since ``since`` minus ``deleted_margin``, with real deletion times.
 
-        ``deleted=true`` is honoured for admins only and silently ignored for anyone else, who then
-        gets live servers too: if anything listed is not ``DELETED`` the capability is reported
-        unavailable instead of misreading live servers as deleted.
+        The listing holds ``DELETED`` servers and ``SOFT_DELETED`` ones (billing ends at the soft
+        delete). ``deleted=true`` is honoured for admins only and silently ignored for anyone else,
+        who then gets live servers too: if anything listed is neither, the capability is reported
+        unavailable instead of misreading live servers as deleted. An unreadable record is left out
+        (its delete, if any, is then confirmed by asking for it).
         """
         if "instance" not in self.resource_types:
             return DeletedListing(False, reason=f"instances are not listed for cloud {self.cloud}")
@@ -128,17 +176,50 @@ class OpenStackAdapter:
             for page in pages(self.connection.compute, call, page_size=self.config.page_size):
                 for raw in page:
                     status = str(raw.get("status") or "") if isinstance(raw, dict) else ""
-                    if status.upper() != "DELETED":
+                    if status.upper() not in records.DELETED_STATUSES:
                         sid = raw.get("id") if isinstance(raw, dict) else None
                         return DeletedListing(False, reason=(
                             f"nova ignored the deleted filter (server {sid} is {status or 'without a status'}): "
                             "listing deleted servers needs the admin role"
                         ))
-                    items.append(records.deleted_server(raw))
+                    try:
+                        items.append(records.deleted_server(raw))
+                    except SkipItem:
+                        continue
         except Exception as exc:  # noqa: BLE001 - unavailable, with the reason, never a guess
             reason = str(exc) if isinstance(exc, AdapterError) else self._explain("instance", exc)
             return DeletedListing(False, reason=reason[:500])
         return DeletedListing(True, items)
+
+    def confirm_gone(self, resource_type: str, resource_ids: Sequence[str], *,
+                     at: datetime) -> dict[str, Confirmation]:
+        """Ask each service by id about resources missing from its listing (``at`` is ignored).
+
+        Gone on 404, or on a record the service shows as deleted (nova ``DELETED`` /
+        ``SOFT_DELETED``, glance ``deleted``, octavia ``DELETED``), dated by it when it can be.
+        Anything else (a live record, ``UNKNOWN``, an error, a timeout) is not a confirmation.
+        At most ``CONFIRM_CONCURRENCY`` requests are in flight.
+        """
+        if resource_type not in _SHOW:
+            return {rid: Confirmation(rid, False, f"{resource_type} cannot be asked for by id") for rid in resource_ids}
+        proxy_name, path, key = _SHOW[resource_type]
+        service = SERVICE_OF[resource_type]
+        try:
+            proxy = getattr(self.connection, proxy_name)
+            microversion = self._nova_microversion() if resource_type == "instance" else None
+        except Exception as exc:  # noqa: BLE001 - no answer at all: every one stays unconfirmed
+            reason = self._explain(resource_type, exc)
+            return {rid: Confirmation(rid, False, reason) for rid in resource_ids}
+
+        def ask(rid: str) -> Confirmation:
+            try:
+                response = proxy.get(path.format(urllib.parse.quote(rid, safe="")), microversion=microversion,
+                                     headers={"Accept": "application/json"}, raise_exc=False)
+            except Exception as exc:  # noqa: BLE001 - a timeout or a refused connection is no answer
+                return Confirmation(rid, False, self._explain(resource_type, exc))
+            return _confirmation(resource_type, rid, service, key, response)
+
+        return confirm_each(list(resource_ids), ask, concurrency=CONFIRM_CONCURRENCY)
 
     def volume_type_names(self) -> dict[str, str]:
         """Cinder's volume types, id → name, private ones included (needs admin).
@@ -151,40 +232,45 @@ class OpenStackAdapter:
 
     # --- listings, one generator per type --------------------------------------------------
 
-    def _servers(self) -> Iterator[ListedResource]:
+    def _servers(self) -> Iterator[ListedResource | SkippedResource]:
         call = ListCall("/servers/detail", "servers", {"all_tenants": "True"}, self._nova_microversion())
-        for page in pages(self.connection.compute, call, page_size=self.config.page_size):
+        for page in pages(self.connection.compute, call, page_size=self.config.page_size,
+                          answered_at=self._answered("instance")):
             for raw in page:
-                yield records.server(raw)
+                yield _mapped(records.server, raw)
 
-    def _volumes(self) -> Iterator[ListedResource]:
+    def _volumes(self) -> Iterator[ListedResource | SkippedResource]:
         call = ListCall("/volumes/detail", "volumes", {"all_tenants": "True"})
-        for page in pages(self.connection.block_storage, call, page_size=self.config.page_size):
+        for page in pages(self.connection.block_storage, call, page_size=self.config.page_size,
+                          answered_at=self._answered("volume")):
             for raw in page:
-                yield records.volume(raw)
+                yield _mapped(records.volume, raw)
 
-    def _floating_ips(self) -> Iterator[ListedResource]:
+    def _floating_ips(self) -> Iterator[ListedResource | SkippedResource]:
         # Neutron shows an admin every project's addresses without asking.
         call = ListCall("/floatingips", "floatingips")
-        for page in pages(self.connection.network, call, page_size=self.config.page_size):
+        for page in pages(self.connection.network, call, page_size=self.config.page_size,
+                          answered_at=self._answered("floating_ip")):
             for raw in page:
-                yield records.floating_ip(raw)
+                yield _mapped(records.floating_ip, raw)
 
-    def _images(self) -> Iterator[ListedResource]:
+    def _images(self) -> Iterator[ListedResource | SkippedResource]:
         # Glance's default listing leaves out community images and (since 2.7) hidden ones, and
         # both are billed to their owner: ask for every visibility, then for the hidden ones.
         proxy = self.connection.image
         for hidden in ("false", "true"):
             call = ListCall("/images", "images", {"visibility": "all", "os_hidden": hidden})
-            for page in pages(proxy, call, page_size=self.config.page_size):
+            answered = self._answered("image") if hidden == "false" else None
+            for page in pages(proxy, call, page_size=self.config.page_size, answered_at=answered):
                 for raw in page:
-                    yield records.image(raw)
+                    yield _mapped(records.image, raw)
 
-    def _load_balancers(self) -> Iterator[ListedResource]:
+    def _load_balancers(self) -> Iterator[ListedResource | SkippedResource]:
         call = ListCall("/lbaas/loadbalancers", "loadbalancers")
-        for page in pages(self.connection.load_balancer, call, page_size=self.config.page_size):
+        for page in pages(self.connection.load_balancer, call, page_size=self.config.page_size,
+                          answered_at=self._answered("load_balancer")):
             for raw in page:
-                yield records.load_balancer(raw)
+                yield _mapped(records.load_balancer, raw)
 
     # --- helpers ---------------------------------------------------------------------------
 
@@ -236,7 +322,37 @@ class OpenStackAdapter:
         return f"{service}: {type(exc).__name__}: {exc}"
 
 
-_LISTERS: dict[str, Callable[[OpenStackAdapter], Iterator[ListedResource]]] = {
+def _mapped(mapper: Callable[[dict[str, Any]], ListedResource], raw: Any) -> ListedResource | SkippedResource:
+    try:
+        return mapper(raw)
+    except SkipItem as skip:
+        return skip.item
+
+
+def _confirmation(resource_type: str, rid: str, service: str, key: str | None, response: Any) -> Confirmation:
+    """What one show-by-id answer says about a resource missing from its listing."""
+    status = response.status_code
+    if status == 404:
+        return Confirmation(rid, True, f"404 from {service}")
+    if status != 200:
+        return Confirmation(rid, False, f"HTTP {status} from {service}")
+    try:
+        body = response.json()
+        record = body if key is None else body[key]
+        shown = str(record.get("provisioning_status") or record.get("status") or "").upper()
+    except (ValueError, KeyError, TypeError, AttributeError):
+        return Confirmation(rid, False, f"unreadable answer from {service}")
+    if shown in _GONE_STATUSES.get(resource_type, frozenset()):
+        updated = record.get("updated") or record.get("updated_at")
+        when = (records.deletion_time(record, rid, records.parse_time(updated) if isinstance(updated, str) else None)
+                if resource_type == "instance" else
+                records.parse_time(updated) if isinstance(updated, str) and updated else None)
+        return Confirmation(rid, True, f"{service} shows it {shown}", when)
+    return Confirmation(rid, False, f"{service} still answers: status {shown or 'none'}"
+                        + (" (unreachable cell)" if shown == records.UNKNOWN else ""))
+
+
+_LISTERS: dict[str, Callable[[OpenStackAdapter], Iterator[ListedResource | SkippedResource]]] = {
     "instance": OpenStackAdapter._servers,
     "volume": OpenStackAdapter._volumes,
     "floating_ip": OpenStackAdapter._floating_ips,

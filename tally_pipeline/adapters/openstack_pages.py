@@ -13,9 +13,11 @@ misconfiguration) does no harm.
 
 from __future__ import annotations
 
+import email.utils
 import urllib.parse
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from typing import Any
 
 import orjson
@@ -36,14 +38,22 @@ class ListCall:
     microversion: str | None = None
 
 
-def pages(proxy: Any, call: ListCall, *, page_size: int) -> Iterator[list[dict[str, Any]]]:
-    """Yield each page's items until the service stops linking a next page."""
+def pages(proxy: Any, call: ListCall, *, page_size: int,
+          answered_at: Callable[[datetime], None] | None = None) -> Iterator[list[dict[str, Any]]]:
+    """Yield each page's items until the service stops linking a next page.
+
+    ``answered_at`` receives the instant the service dated its first page (its ``Date`` header).
+    """
     params = {**call.params, "limit": str(page_size)}
     previous: str | None = None
     while True:
         response = proxy.get(call.path, params=params, microversion=call.microversion,
                              headers={"Accept": "application/json"})
         sdk_exceptions.raise_from_response(response)
+        if answered_at is not None and previous is None:
+            stamp = response_date(response)
+            if stamp is not None:
+                answered_at(stamp)
         try:
             body = orjson.loads(response.content)
         except orjson.JSONDecodeError as exc:
@@ -78,3 +88,15 @@ def next_marker(body: dict[str, Any], key: str) -> str | None:
     if not markers:
         raise MalformedPage(f"next link {href!r} has no marker")
     return markers[-1]
+
+
+def response_date(response: Any) -> datetime | None:
+    """The ``Date`` header of a response (RFC 9110: the instant the server made it), if readable."""
+    value = response.headers.get("Date") if response is not None else None
+    if not value:
+        return None
+    try:
+        parsed = email.utils.parsedate_to_datetime(value)
+    except (TypeError, ValueError):
+        return None
+    return parsed.replace(tzinfo=UTC) if parsed.tzinfo is None else parsed.astimezone(UTC)

@@ -3,6 +3,11 @@
 Field names and time formats are each service's own: nova ``tenant_id`` and ``created``,
 cinder ``os-vol-tenant-attr:tenant_id``, glance ``owner``, octavia ``provisioning_status``;
 cinder and octavia times and nova's ``OS-SRV-USG:terminated_at`` carry no timezone (UTC).
+
+A record without a usable id fails its type (nothing can be said about what it is). A record with
+an id but an unreadable field (glance allows a null ``owner``; neutron without its timestamp
+extension has no ``created_at``) raises ``SkipItem``: the item is present, so it is counted as
+skipped and never deleted by absence, and the rest of its type lists on.
 """
 
 from __future__ import annotations
@@ -10,17 +15,28 @@ from __future__ import annotations
 from datetime import UTC, datetime
 from typing import Any
 
-from tally_pipeline.adapters.base import AdapterError, DeletedResource, ListedResource
+from tally_pipeline.adapters.base import AdapterError, DeletedResource, ListedResource, SkipItem
 from tally_pipeline.core.transitions import in_transition
+
+
+#: Nova's placeholder status (microversion 2.69+) for a server in a cell it cannot reach.
+UNKNOWN = "UNKNOWN"
+#: What nova's deleted listing holds: hard-deleted servers, and soft-deleted ones awaiting reclaim.
+DELETED_STATUSES = frozenset({"DELETED", "SOFT_DELETED"})
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 
 def server(raw: dict[str, Any]) -> ListedResource:
     sid = _id(raw, "server")
     status = _text(raw.get("status"))
-    if status.upper() == "UNKNOWN":
-        # From microversion 2.69 a server in a cell nova cannot reach is listed with status
-        # UNKNOWN and without its flavor: the listing is incomplete, so it is no listing.
-        raise AdapterError(f"server {sid} is in an unreachable nova cell (status UNKNOWN): listing incomplete")
+    if status.upper() == UNKNOWN:
+        # From microversion 2.69 a server in a cell nova cannot reach is listed as a minimal record
+        # (id, status UNKNOWN, tenant_id, created): present, size unknown.
+        return ListedResource(
+            resource_type="instance", resource_id=sid, project_id=_text(raw.get("tenant_id")), size={},
+            status=status, in_transition=False, created_at=_loose_instant(raw.get("created")) or _EPOCH,
+            unknown=True,
+        )
     task_state = raw.get("OS-EXT-STS:task_state") or None
     created_at, updated_at = _times(raw, "created", "updated", "server", sid)
     return ListedResource(
@@ -36,12 +52,14 @@ def server(raw: dict[str, Any]) -> ListedResource:
 
 
 def deleted_server(raw: dict[str, Any]) -> DeletedResource:
+    """A server of nova's deleted listing: ``DELETED``, or ``SOFT_DELETED`` (billing ends at the soft delete)."""
     sid = _id(raw, "server")
     created_at, updated_at = _times(raw, "created", "updated", "server", sid)
-    # terminated_at is empty for a server that never launched; nova stamps ``updated`` at deletion.
-    deleted_at = _instant(raw.get("OS-SRV-USG:terminated_at"), "server", sid) or updated_at
+    # terminated_at is empty for a server that never launched, and for a soft-deleted one; nova
+    # stamps ``updated`` at either deletion.
+    deleted_at = deletion_time(raw, sid, updated_at)
     if deleted_at is None:
-        raise AdapterError(f"malformed server record {sid}: deleted, but neither terminated_at nor updated is set")
+        raise _skip("server", sid, "no_deleted_at", "deleted, but neither terminated_at nor updated is set")
     return DeletedResource(
         resource_type="instance",
         resource_id=sid,
@@ -52,11 +70,15 @@ def deleted_server(raw: dict[str, Any]) -> DeletedResource:
     )
 
 
+def deletion_time(raw: dict[str, Any], sid: str, updated_at: datetime | None) -> datetime | None:
+    return _instant(raw.get("OS-SRV-USG:terminated_at"), "server", sid) or updated_at
+
+
 def flavor_size(raw: dict[str, Any], sid: str) -> dict[str, Any]:
     flavor = raw.get("flavor")
     name = flavor.get("original_name") if isinstance(flavor, dict) else None
     if not name:
-        raise AdapterError(f"server {sid} has no embedded flavor (nova answered below microversion 2.47)")
+        raise _skip("server", sid, "malformed", "no embedded flavor (nova answered below microversion 2.47)")
     return {
         "flavor_name": str(name),
         "vcpus": _whole(flavor.get("vcpus"), "flavor vcpus", "server", sid),
@@ -146,6 +168,13 @@ def parse_time(value: str) -> datetime:
 
 # --- field checks ------------------------------------------------------------------------------
 
+_TYPE_OF = {"server": "instance", "volume": "volume", "floating IP": "floating_ip", "image": "image",
+            "load balancer": "load_balancer"}
+
+
+def _skip(what: str, rid: str, reason: str, detail: str) -> SkipItem:
+    return SkipItem(_TYPE_OF[what], rid, reason, f"malformed {what} record {rid}: {detail}")
+
 
 def _id(raw: Any, what: str) -> str:
     if not isinstance(raw, dict):
@@ -160,31 +189,38 @@ def _text(value: Any) -> str:
     return "" if value is None else str(value)
 
 
+def _loose_instant(value: Any) -> datetime | None:
+    try:
+        return parse_time(value) if isinstance(value, str) and value else None
+    except ValueError:
+        return None
+
+
 def _instant(value: Any, what: str, rid: str) -> datetime | None:
     if value is None or value == "":
         return None
     if not isinstance(value, str):
-        raise AdapterError(f"malformed {what} record {rid}: time {value!r} is not a string")
+        raise _skip(what, rid, "malformed", f"time {value!r} is not a string")
     try:
         return parse_time(value)
     except ValueError:
-        raise AdapterError(f"malformed {what} record {rid}: {value!r} is not a date and time") from None
+        raise _skip(what, rid, "malformed", f"{value!r} is not a date and time") from None
 
 
 def _times(raw: dict[str, Any], created: str, updated: str, what: str, rid: str) -> tuple[datetime, datetime | None]:
     created_at = _instant(raw.get(created), what, rid)
     if created_at is None:
-        raise AdapterError(f"malformed {what} record {rid}: no {created}")
+        raise _skip(what, rid, "no_created_at", f"no {created}")
     return created_at, _instant(raw.get(updated), what, rid)
 
 
 def _project(value: Any, what: str, rid: str) -> str:
     if not value:
-        raise AdapterError(f"malformed {what} record {rid}: no project")
+        raise _skip(what, rid, "no_project", "no project")
     return str(value)
 
 
 def _whole(value: Any, field: str, what: str, rid: str) -> int:
     if isinstance(value, bool) or not isinstance(value, int | float) or value != int(value) or value < 0:
-        raise AdapterError(f"malformed {what} record {rid}: {field} {value!r} is not a whole number")
+        raise _skip(what, rid, "malformed", f"{field} {value!r} is not a whole number")
     return int(value)

@@ -2,18 +2,20 @@
 
 It reports what the view shows, applying the view's injected fault per type: ``error`` raises
 ``AdapterError``, ``timeout`` raises ``TimeoutError`` at once (nothing ever waits), ``empty``
-lists nothing. Like a real SDK listing, ``enumerate`` is lazy: the fault surfaces on iteration.
+lists nothing, ``down_cell`` (instances) leaves a down nova cell's servers out of the listings
+while they still answer when asked by id, as nova does. Like a real SDK listing, ``enumerate`` is
+lazy: the fault surfaces on iteration.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from datetime import datetime
 
-from tally_pipeline.adapters.base import AdapterError, DeletedListing, DeletedResource, ListedResource
+from tally_pipeline.adapters.base import AdapterError, Confirmation, DeletedListing, DeletedResource, ListedResource
 from tally_pipeline.core.timeutil import to_utc
 from tally_pipeline.core.transitions import in_transition
-from tally_pipeline.sim.platform import PlatformView
+from tally_pipeline.sim.platform import PlatformView, in_down_cell
 from tally_pipeline.sim.spec import SIMULATED_TYPES
 
 
@@ -36,12 +38,18 @@ class SimulatedAdapter:
             raise TimeoutError(f"{self.cloud}: listing {resource_type} timed out (injected)")
         return mode == "empty"
 
+    def _cell_down(self, resource_type: str) -> bool:
+        return resource_type == "instance" and self.platform.failure(self.cloud, resource_type) == "down_cell"
+
     def enumerate(self, resource_type: str, *, at: datetime) -> Iterator[ListedResource]:
         if resource_type not in self.resource_types:
             raise AdapterError(f"{self.cloud}: {resource_type!r} is not listed by this adapter")
         if self._raise_fault(resource_type):
             return
+        cell_down = self._cell_down(resource_type)
         for record in self.platform.records(self.cloud, resource_type, to_utc(at)):
+            if cell_down and in_down_cell(record.resource_id):
+                continue  # nova's paged listing skips a down cell's servers without a word
             yield ListedResource(
                 resource_type=record.resource_type,
                 resource_id=record.resource_id,
@@ -73,9 +81,26 @@ class SimulatedAdapter:
                 deleted_at=record.deleted_at,
             )
             for record in self.platform.deleted_servers(self.cloud, to_utc(since), to_utc(at))
-            if record.deleted_at is not None
+            if record.deleted_at is not None and not (self._cell_down("instance") and in_down_cell(record.resource_id))
         ]
         return DeletedListing(available=True, items=items)
+
+    def confirm_gone(self, resource_type: str, resource_ids: Sequence[str], *, at: datetime) -> dict[str, Confirmation]:
+        """Asked by id: gone when the platform no longer holds it at ``at`` (a 404)."""
+        mode = self.platform.failure(self.cloud, resource_type)
+        if mode in ("error", "timeout"):
+            return {rid: Confirmation(rid, False, f"asking for it failed too (injected {mode})") for rid in resource_ids}
+        alive = {r.resource_id: r for r in self.platform.records(self.cloud, resource_type, to_utc(at))}
+        out = {}
+        for rid in resource_ids:
+            record = alive.get(rid)
+            if record is None:
+                out[rid] = Confirmation(rid, True, "not found")
+            elif self._cell_down(resource_type) and in_down_cell(rid):
+                out[rid] = Confirmation(rid, False, "still answers: status UNKNOWN (unreachable cell)")
+            else:
+                out[rid] = Confirmation(rid, False, f"still answers: status {record.status}")
+        return out
 
 
 def simulated_adapter(cloud_name: str, config, *, platform: PlatformView | None = None,

@@ -105,4 +105,11 @@ def _store_gauges(store: Any, clouds: list[str]) -> list[str]:
     family("tally_sync_last_guard_tripped", "gauge", "1 when the latest sync held deletes behind the mass-delete guard.")
     for run in runs:
         lines.append(f"tally_sync_last_guard_tripped{_labels(cloud=run.cloud)} {int(run.guard_tripped)}")
+    family("tally_sync_last_unconfirmed", "gauge",
+           "Deletes by absence the cloud's latest sync deferred because the platform did not confirm them.")
+    for run in runs:
+        lines.append(f"tally_sync_last_unconfirmed{_labels(cloud=run.cloud)} {run.unconfirmed}")
+    family("tally_sync_last_skipped", "gauge", "Listed items the cloud's latest sync skipped as unreadable.")
+    for run in runs:
+        lines.append(f"tally_sync_last_skipped{_labels(cloud=run.cloud)} {run.skipped}")
     return lines

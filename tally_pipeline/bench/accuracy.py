@@ -157,6 +157,7 @@ def report(d: Drive) -> dict[str, Any]:
         "duplicates": sim.spec.delivery.duplicates,
         "sync_interval_s": d.interval.total_seconds(),
         "settle_window_s": d.settle_window,
+        "faults": {c: dict(m) for c, m in sim.spec.failing_types.items()},
         "per_type": per_type,
         "total": {
             "truth_hours": round(float(totals["truth"]), 4),
@@ -177,10 +178,14 @@ def report(d: Drive) -> dict[str, Any]:
 
 
 def run(*, loss: float, duplicates: float, hours: float, seed: int, clouds: int = 2, resources: int = 60,
-        interval_s: float = 600, settle_window: float = 300.0, progress: Callable[[datetime], None] | None = None) -> dict[str, Any]:
+        interval_s: float = 600, settle_window: float = 300.0, down_cell: bool = False,
+        progress: Callable[[datetime], None] | None = None) -> dict[str, Any]:
+    """``down_cell``: the first cloud's nova has a cell down the whole time (its servers missing from listings)."""
+    names = tuple(f"sim-{i + 1}" for i in range(clouds))
     spec = SimulationSpec(
-        clouds=tuple(f"sim-{i + 1}" for i in range(clouds)), resources=resources, hours=hours, seed=seed,
+        clouds=names, resources=resources, hours=hours, seed=seed,
         delivery=DeliverySpec(loss=loss, duplicates=duplicates),
+        failing_types={names[0]: {"instance": "down_cell"}} if down_cell else {},
     )
     d = drive(simulate(spec), interval=timedelta(seconds=interval_s), settle_window=settle_window, progress=progress)
     return report(d)

@@ -51,7 +51,9 @@ def bench_projection(rt: Runtime, n_events: int, resources: int, late: int) -> N
 @click.option("--seed", type=int, default=1, show_default=True)
 @click.option("--clouds", type=click.IntRange(min=1), default=2, show_default=True)
 @click.option("--resources", type=click.IntRange(min=1), default=60, show_default=True)
-def bench_accuracy(loss: float, duplicates: float, hours: float, seed: int, clouds: int, resources: int) -> None:
+@click.option("--down-cell", is_flag=True, help="The first cloud's nova has a cell down: its servers vanish from listings.")
+def bench_accuracy(loss: float, duplicates: float, hours: float, seed: int, clouds: int, resources: int,
+                   down_cell: bool) -> None:
     """Ground truth vs events alone vs events + 10-minute syncs, in resource-hours per type."""
     from tqdm import tqdm
 
@@ -59,7 +61,7 @@ def bench_accuracy(loss: float, duplicates: float, hours: float, seed: int, clou
 
     with tqdm(total=int(hours * 6), desc="simulated syncs", unit="tick", leave=False) as bar:
         report = accuracy.run(loss=loss, duplicates=duplicates, hours=hours, seed=seed, clouds=clouds,
-                              resources=resources, progress=lambda _t: bar.update(1))
+                              resources=resources, down_cell=down_cell, progress=lambda _t: bar.update(1))
     click.echo(json.dumps(report, indent=2))
 
 

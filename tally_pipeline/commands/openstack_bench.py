@@ -1,4 +1,10 @@
-"""``tally bench openstack``: list N servers from the fake OpenStack through the adapter.
+"""``tally bench openstack``: list N servers from the fake OpenStack through the adapter, then confirm
+the ones a reconciliation would find missing.
+
+At ``--drift`` (default 1 %) of N, that many servers are asked for by id after the listing, as
+reconciliation does before any delete by absence: half of them are really gone (404), half sit in
+a down nova cell (left out of the paged listing, still answering). The report gives the listing
+and the confirmations apart, and their sum.
 
 The fake runs in this process; the listing runs in a fresh child process per N, so its memory is
 the adapter's alone. Peak RSS is sampled from ``/proc/self/statm`` four times per 1000-item page
@@ -44,7 +50,7 @@ def _servers(n: int, start: datetime) -> list[Any]:
     return records
 
 
-def run(servers: list[int], *, page_size: int = 1000) -> dict[str, Any]:
+def run(servers: list[int], *, page_size: int = 1000, drift: float = 0.01) -> dict[str, Any]:
     """Measure each N in its own child process; the fake serves from this one."""
     from tally_pipeline.fakes.openstack import FakeOpenStack
     from tally_pipeline.fakes.static_view import StaticView
@@ -52,9 +58,14 @@ def run(servers: list[int], *, page_size: int = 1000) -> dict[str, Any]:
     start = datetime(2026, 1, 1, tzinfo=UTC)
     runs = []
     for n in servers:
-        view = StaticView.of(_servers(n, start))
+        records = _servers(n, start)
+        missing = max(2, round(n * drift)) if drift > 0 else 0
+        down = [r.resource_id for r in records[: missing // 2]]  # listed nowhere, still running
+        gone = [f"00000000-0000-4000-9000-{i:012d}" for i in range(missing - len(down))]  # deleted: 404
+        view = StaticView.of(records)
         with FakeOpenStack(view, at=start + timedelta(days=1)) as fake:
-            spec = {"auth": fake.auth(), "page_size": page_size}
+            fake.cell_down(*down)
+            spec = {"auth": fake.auth(), "page_size": page_size, "confirm": down + gone}
             child = subprocess.run(
                 [sys.executable, "-m", __name__, CHILD_FLAG, json.dumps(spec)],
                 capture_output=True, text=True, check=False, timeout=3600,
@@ -65,7 +76,7 @@ def run(servers: list[int], *, page_size: int = 1000) -> dict[str, Any]:
         result = json.loads(child.stdout)
         result["list_requests"] = requests
         runs.append({"servers": n, **result})
-    report: dict[str, Any] = {"benchmark": "openstack_listing", "page_size": page_size, "runs": runs}
+    report: dict[str, Any] = {"benchmark": "openstack_listing", "page_size": page_size, "drift": drift, "runs": runs}
     if len(runs) >= 2:
         report["rss_growth_difference_mb"] = round(runs[-1]["rss_growth_mb"] - runs[0]["rss_growth_mb"], 1)
     return report
@@ -91,10 +102,18 @@ def _child(spec: dict[str, Any]) -> dict[str, Any]:
         seconds = time.perf_counter() - began
         highest = max(highest, _current_rss_mb())
         microversion = adapter.nova_microversion
+        began = time.perf_counter()
+        answers = adapter.confirm_gone("instance", spec["confirm"], at=datetime.now(UTC)) if spec["confirm"] else {}
+        confirm_seconds = time.perf_counter() - began
     return {
         "items": items,
         "seconds": round(seconds, 3),
         "items_per_s": round(items / seconds, 1) if seconds > 0 else None,
+        "confirmations": len(answers),
+        "confirmed_gone": sum(1 for a in answers.values() if a.gone),
+        "confirm_seconds": round(confirm_seconds, 3),
+        "confirmations_per_s": round(len(answers) / confirm_seconds, 1) if confirm_seconds > 0 else None,
+        "listing_plus_confirm_seconds": round(seconds + confirm_seconds, 3),
         "rss_before_mb": round(baseline, 1),
         "peak_rss_mb": round(highest, 1),
         "rss_growth_mb": round(highest - baseline, 1),
@@ -115,9 +134,12 @@ def _current_rss_mb() -> float:
 @click.option("--servers", "servers", type=click.IntRange(min=1), multiple=True, default=(5_000, 50_000),
               show_default=True, help="Servers in the fake cloud; repeat to compare sizes.")
 @click.option("--page-size", type=click.IntRange(1, 1000), default=1000, show_default=True)
-def bench_openstack(servers: tuple[int, ...], page_size: int) -> None:
-    """List N servers from a local fake OpenStack through the adapter: items/s and peak RSS."""
-    click.echo(json.dumps(run(list(servers), page_size=page_size), indent=2))
+@click.option("--drift", type=click.FloatRange(0, 1), default=0.01, show_default=True,
+              help="Share of N missing from the listing, each confirmed by id afterwards.")
+def bench_openstack(servers: tuple[int, ...], page_size: int, drift: float) -> None:
+    """List N servers from a local fake OpenStack through the adapter, then confirm the missing ones by id:
+    items/s, confirmations/s and peak RSS."""
+    click.echo(json.dumps(run(list(servers), page_size=page_size, drift=drift), indent=2))
 
 
 def register(main: click.Group) -> None:

@@ -17,8 +17,9 @@ def _default(value):
 
 @click.command("sync")
 @click.argument("cloud")
-@click.option("--run-key", help="Deterministic key for the synthetic event ids (default: manual:<poll time>).")
-@click.option("--at", "at", help="Poll time (RFC 3339) to date corrections at (default: now). For simulated clouds.")
+@click.option("--run-key", help="Deterministic key for the synthetic event ids (default: manual:<tick>).")
+@click.option("--at", "at", help="The run's tick (RFC 3339, default: now): names the run; a simulated cloud answers "
+              "as of it. A real cloud's corrections are dated when its listing was observed.")
 @click.option("--json", "as_json", is_flag=True, help="Print the sync_runs row as JSON.")
 @with_runtime
 def sync(rt: Runtime, cloud: str, run_key: str | None, at: str | None, as_json: bool) -> None:
@@ -36,15 +37,19 @@ def sync(rt: Runtime, cloud: str, run_key: str | None, at: str | None, as_json: 
     if as_json:
         click.echo(json.dumps(run.as_json(), indent=2, default=_default))
     else:
+        drift = (f"first load of the cloud ({run.created} created; not drift)" if run.first_load
+                 else f"drift {run.drift:.2%} of {run.live_before} live")
         click.echo(
-            f"{run.cloud}: {run.status} at {format_rfc3339(run.poll_time)}: created {run.created}, updated "
+            f"{run.cloud}: {run.status}, polled at {format_rfc3339(run.poll_time)}: created {run.created}, updated "
             f"{run.updated}, deleted {run.deleted}, recovered {run.recovered}, deferred {run.deferred} "
-            f"({', '.join(f'{k}={v}' for k, v in run.deferrals_by_reason().items()) or 'none'}); "
-            f"drift {run.drift:.2%} of {run.live_before} live"
+            f"({', '.join(f'{k}={v}' for k, v in run.deferrals_by_reason().items()) or 'none'}), "
+            f"skipped {run.skipped}; {drift}"
         )
         for rtype, outcome in run.per_type.items():
             state = f"{outcome['listed']} listed" if outcome["status"] == "enumerated" else f"FAILED: {outcome['reason']}"
-            click.echo(f"  {rtype:14} {state}, {outcome['corrections']} corrections, {outcome['deferred']} deferred")
+            skipped = sum(outcome["skipped"].values())
+            click.echo(f"  {rtype:14} {state}, {outcome['corrections']} corrections, {outcome['deferred']} deferred"
+                       + (f", {skipped} skipped" if skipped else "") + (", guard tripped" if outcome["guard_tripped"] else ""))
     if run.status == "failed":
         raise SystemExit(1)
 

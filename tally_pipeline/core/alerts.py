@@ -34,6 +34,8 @@ class LastRun:
     drift: float | None
     error: str | None
     guard_tripped: bool = False
+    unconfirmed: int = 0  # deletes by absence the platform did not confirm (still billed)
+    skipped: int = 0  # listed items that could not be read (neither billed nor deleted by reconciliation)
 
 
 @dataclass(frozen=True)
@@ -76,8 +78,17 @@ def sync_stale(clouds: Iterable[str], last_success: Mapping[str, datetime], now:
 
 
 def sync_errors(last_runs: Iterable[LastRun]) -> Condition:
-    """TallySyncErrors: a cloud's latest sync failed, or listed some types only (partial)."""
-    broken = {r.cloud: f"{r.status}: {r.error or 'no detail'}" for r in last_runs if r.status in ("failed", "partial")}
+    """TallySyncErrors: a cloud's latest sync failed, or listed some types only (partial), or left
+    something it could not reconcile: deletes the platform did not confirm, items it could not read.
+    Each of those changes what is billed until it clears."""
+    broken = {}
+    for r in last_runs:
+        if r.status in ("failed", "partial"):
+            broken[r.cloud] = f"{r.status}: {r.error or 'no detail'}"
+        elif r.unconfirmed or r.skipped:
+            left = [f"{n} {what}" for n, what in ((r.unconfirmed, "deletes unconfirmed by the platform"),
+                                                  (r.skipped, "listed items skipped as unreadable")) if n]
+            broken[r.cloud] = f"{r.status}, but " + ", ".join(left)
     message = ("latest sync not clean: " + "; ".join(f"{c} {m}" for c, m in sorted(broken.items()))
                if broken else "every cloud's latest sync succeeded")
     return Condition("TallySyncErrors", bool(broken), tuple(sorted(broken)), message, broken)

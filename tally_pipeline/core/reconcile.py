@@ -1,18 +1,22 @@
-"""Reconciliation's diff: what the platform holds against what the projection holds (DESIGN.md §4.5).
+"""Reconciliation's diff: what the platform holds against what the projection holds.
 
-Pure: projection rows, per-type listings, the deleted-servers listing, settings and the run's
-instant in; corrections (to be written as ``sync.*`` events) and deferrals out. The table:
+Pure: projection rows, per-type listings (each with its poll time: the instant its listing
+began), the deleted-servers listing, settings in; corrections (to be written as ``sync.*`` events),
+deferrals and deletes awaiting the platform's confirmation out. The table:
 
 | platform holds           | projection holds | action |
 |--------------------------|------------------|--------|
-| resource                 | nothing live     | ``sync.create``: at the platform's ``created_at`` if the projection never knew it, at poll time if it holds it as deleted |
-| nothing                  | live resource    | ``sync.delete``: at the real deletion time when the platform gives one, else at poll time |
+| resource                 | nothing live     | ``sync.create``: at the platform's ``created_at`` if the projection never knew it; if it holds it as deleted, at the platform's ``updated`` when that is after the projection's delete (a restore), else at poll time |
+| nothing                  | live resource    | ``sync.delete``, once the platform confirms it: at the real deletion time when the platform gives one, else at poll time |
 | resource, other size/project | live resource | ``sync.update`` at poll time |
 
-Deferred, not corrected: a resource the platform reports in transition, or that the platform or
-the projection dates inside the settle window before the run; deletes of a type that would lose
-more than the mass-delete guard's share of its live resources (types with ≥ 20 live). The
-missed-delete pass runs only over types that enumerated.
+Deferred, not corrected: a resource the platform reports in transition, or that the platform
+(created, updated or deleted time) or the projection dates inside the settle window before the
+poll; deletes of a type that would lose more than the mass-delete guard's share of its live
+resources (types with >= 20 live; decided once per run, on the state before it); a delete by
+absence the platform does not confirm (``unconfirmed``). A listed ``UNKNOWN`` placeholder or a
+skipped (unreadable) item is present: never deleted, never updated. The missed-delete pass runs
+only over types that enumerated.
 """
 
 from __future__ import annotations
@@ -23,13 +27,20 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any, Literal
 
-from tally_pipeline.adapters.base import DeletedListing, DeletedResource, Enumerated, ListedResource, TypeListing
+from tally_pipeline.adapters.base import (
+    Confirmation,
+    DeletedListing,
+    DeletedResource,
+    Enumerated,
+    ListedResource,
+    TypeListing,
+)
 
 SYNC_NAMESPACE = uuid.UUID("6f1b7c52-3e7a-5b0e-9c39-7a11e0c0ffee")
 MASS_DELETE_MIN_LIVE = 20
 
 Action = Literal["create", "update", "delete"]
-DeferReason = Literal["in_transition", "settle_window", "mass_delete_guard"]
+DeferReason = Literal["in_transition", "settle_window", "mass_delete_guard", "unconfirmed"]
 
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
@@ -79,7 +90,7 @@ class Deferral:
     resource_id: str
     reason: DeferReason
     detail: str
-    retry_after: datetime | None  # when the settle window has passed (None: needs a person)
+    retry_after: datetime | None  # when the settle window has passed (None: no follow-up before the next schedule)
 
 
 @dataclass
@@ -91,6 +102,10 @@ class TypeOutcome:
     corrections: int = 0
     deferred: int = 0
     guard_tripped: bool = False
+    guard_detail: str | None = None
+    poll_time: datetime | None = None
+    unknown: int = 0  # listed as present without details (nova UNKNOWN placeholders)
+    skipped: dict[str, int] = field(default_factory=dict)  # listed but unreadable, by reason
 
 
 @dataclass
@@ -98,6 +113,12 @@ class Plan:
     corrections: list[Correction] = field(default_factory=list)
     deferrals: list[Deferral] = field(default_factory=list)
     types: dict[str, TypeOutcome] = field(default_factory=dict)
+    #: Deletes by absence waiting for the platform's confirmation (``resolve`` books or defers them).
+    pending: list[Correction] = field(default_factory=list)
+
+    def held_by_guard(self) -> dict[str, str]:
+        """The types whose mass-delete guard tripped, with why: the run keeps holding them."""
+        return {t: o.guard_detail or "" for t, o in self.types.items() if o.guard_tripped}
 
     def count(self, action: Action) -> int:
         return sum(1 for c in self.corrections if c.action == action)
@@ -115,10 +136,18 @@ def plan(
     deleted: DeletedListing | None,
     settings: Settings,
     now: datetime,
+    *,
+    poll_times: Mapping[str, datetime] | None = None,
+    held: Mapping[str, str] | None = None,
 ) -> Plan:
-    """Diff one cloud. ``projected`` holds every resource the projection knows for the cloud."""
+    """Diff one cloud. ``projected`` holds every resource the projection knows for the cloud.
+
+    ``poll_times`` gives each type's poll time (default ``now``). ``held`` is the mass-delete
+    guard as decided earlier in the same run (type → why): those types hold every delete and no
+    other type trips; ``None`` decides it here. Deletes by absence come back in ``pending``.
+    """
     result = Plan()
-    settle_from = now - settings.settle_window
+    polls = poll_times or {}
     # Per type, by id: no tuple keys to build for a million rows.
     by_type: dict[str, dict[str, ProjectedResource]] = {}
     live_by_type: dict[str, dict[str, ProjectedResource]] = {}
@@ -132,8 +161,10 @@ def plan(
 
     for listing in listings:
         rtype = listing.resource_type
+        poll = polls.get(rtype, now)
+        settle_from = poll - settings.settle_window
         live = live_by_type.get(rtype, {})
-        outcome = TypeOutcome(status=listing.status, live_before=len(live))
+        outcome = TypeOutcome(status=listing.status, live_before=len(live), poll_time=poll)
         result.types[rtype] = outcome
         if not isinstance(listing, Enumerated):
             outcome.reason = listing.reason
@@ -143,14 +174,21 @@ def plan(
         # Listed live resources are taken out of ``unseen`` as the listing goes by; what is left at
         # the end is missing from the listing, still in projection order.
         unseen = dict(live)
+        for skip in listing.skipped:  # present, though unreadable: never a delete by absence
+            unseen.pop(skip.resource_id, None)
+            outcome.skipped[skip.reason] = outcome.skipped.get(skip.reason, 0) + 1
         for item in listing.items:
             p = unseen.pop(item.resource_id, None)
+            if item.unknown:
+                _unknown(item, p, result, outcome)
+                continue
             if p is not None and p.size == item.size and p.project_id == item.project_id:
                 continue  # in sync: the common case, kept free of calls
             if p is None:
                 p = known.get(item.resource_id)  # not live in the projection, or not known at all
-            _diff_listed(item, p, settle_from, settings, now, result, outcome)
-        deletes: list[Correction] = []
+            _diff_listed(item, p, settle_from, settings, poll, result, outcome)
+        confirmed: list[Correction] = []  # by the deleted listing, which dates them
+        missing: list[Correction] = []  # to be confirmed by asking for each one
         for p in unseen.values():
             if p.last_event_at > settle_from:
                 _defer(result, outcome, "delete", p.resource_type, p.resource_id, "settle_window",
@@ -158,24 +196,72 @@ def plan(
                        p.last_event_at + settings.settle_window)
                 continue
             real = gone.get((rtype, p.resource_id))
-            if real is not None:
-                deletes.append(Correction("delete", rtype, p.resource_id, real.deleted_at, None, None,
-                                          "missing from listing; deleted per the platform"))
+            if real is not None and real.deleted_at > settle_from:
+                _defer(result, outcome, "delete", rtype, p.resource_id, "settle_window",
+                       f"deleted at {real.deleted_at.isoformat()} per the platform, inside the settle window",
+                       real.deleted_at + settings.settle_window)
+            elif real is not None:
+                confirmed.append(Correction("delete", rtype, p.resource_id, min(real.deleted_at, poll), None, None,
+                                            "missing from listing; deleted per the platform"))
             else:
-                deletes.append(Correction("delete", rtype, p.resource_id, now, None, None, "missing from listing"))
-        guard_on = settings.mass_delete_guard < 1.0 and len(live) >= MASS_DELETE_MIN_LIVE
-        if guard_on and deletes and len(deletes) / len(live) > settings.mass_delete_guard:
+                missing.append(Correction("delete", rtype, p.resource_id, poll, None, None, "missing from listing"))
+        deletes = len(confirmed) + len(missing)
+        if held is None:
+            guard_on = settings.mass_delete_guard < 1.0 and len(live) >= MASS_DELETE_MIN_LIVE
+            if guard_on and deletes and deletes / len(live) > settings.mass_delete_guard:
+                outcome.guard_tripped = True
+                outcome.guard_detail = (f"{deletes} of {len(live)} live {rtype} resources missing from one "
+                                        f"listing (guard {settings.mass_delete_guard:.0%})")
+        elif rtype in held:
             outcome.guard_tripped = True
-            for c in deletes:
+            outcome.guard_detail = held[rtype]
+        if outcome.guard_tripped:  # held before any confirmation is asked for
+            for c in (*confirmed, *missing):
                 _defer(result, outcome, "delete", rtype, c.resource_id, "mass_delete_guard",
-                       f"{len(deletes)} of {len(live)} live {rtype} resources missing from one listing "
-                       f"(guard {settings.mass_delete_guard:.0%})", None)
-        else:
-            result.corrections.extend(deletes)
-            outcome.corrections += len(deletes)
+                       outcome.guard_detail or "", None)
+            continue
+        result.corrections.extend(confirmed)
+        outcome.corrections += len(confirmed)
+        result.pending.extend(missing)
 
-    _recover(gone.values(), by_type, settle_from, settings, result)
+    _recover(gone.values(), by_type, polls, now, settings, result)
     return result
+
+
+def resolve(result: Plan, confirmations: Mapping[tuple[str, str], Confirmation], settings: Settings) -> None:
+    """Book each pending delete the platform confirmed gone; defer the others as ``unconfirmed``.
+
+    A confirmation that dates the deletion (a record shown as deleted) dates the delete, unless
+    that date is inside the settle window (then it waits like any recent change).
+    """
+    for c in result.pending:
+        outcome = result.types[c.resource_type]
+        answer = confirmations.get((c.resource_type, c.resource_id))
+        if answer is None or not answer.gone:
+            detail = answer.detail if answer is not None else "not asked"
+            _defer(result, outcome, "delete", c.resource_type, c.resource_id, "unconfirmed",
+                   f"missing from listing, but the platform did not confirm it gone: {detail}", None)
+            continue
+        when = c.occurred_at
+        if answer.deleted_at is not None:
+            if answer.deleted_at > c.occurred_at - settings.settle_window:
+                _defer(result, outcome, "delete", c.resource_type, c.resource_id, "settle_window",
+                       f"deleted at {answer.deleted_at.isoformat()} per the platform, inside the settle window",
+                       answer.deleted_at + settings.settle_window)
+                continue
+            when = answer.deleted_at
+        result.corrections.append(Correction("delete", c.resource_type, c.resource_id, when, None, None,
+                                             f"missing from listing; confirmed: {answer.detail}"))
+        outcome.corrections += 1
+    result.pending = []
+
+
+def _unknown(item: ListedResource, p: ProjectedResource | None, result: Plan, outcome: TypeOutcome) -> None:
+    """An ``UNKNOWN`` placeholder: present, size unknown. Nothing is corrected on its strength."""
+    outcome.unknown += 1
+    if p is None or p.status != "live":
+        _defer(result, outcome, "create", item.resource_type, item.resource_id, "unconfirmed",
+               f"listed as {item.status or 'unknown'} without its details (unreachable cell); size unknown", None)
 
 
 def _diff_listed(item: ListedResource, p: ProjectedResource | None, settle_from: datetime, settings: Settings,
@@ -199,12 +285,20 @@ def _diff_listed(item: ListedResource, p: ProjectedResource | None, settle_from:
     if item.in_transition:
         _defer(result, outcome, "create", rtype, rid, "in_transition", f"not live in projection; status {item.status}",
                now + settings.settle_window)
-    elif item.created_at > settle_from or (p is not None and p.last_event_at > settle_from):
-        latest = item.created_at if p is None else _latest(item.created_at, p.last_event_at)
+    elif (item.created_at > settle_from or (p is not None and p.last_event_at > settle_from)
+          or (known_deleted and _recent(item.updated_at, settle_from))):
+        latest = _latest(item.created_at, p.last_event_at) if p is not None else item.created_at
+        latest = _latest(item.updated_at, latest) if known_deleted else latest
         _defer(result, outcome, "create", rtype, rid, "settle_window", "not live in projection; seen recently",
                latest + settings.settle_window)
     elif known_deleted:
-        result.corrections.append(Correction("create", rtype, rid, now, item.project_id, item.size, "deleted in projection"))
+        # Listed again after a delete (nova's restore of a soft-deleted server): the platform's last
+        # change, when it is after our delete, is the restore; otherwise only the poll time is known.
+        assert p is not None
+        restored = item.updated_at is not None and p.last_event_at < item.updated_at <= now
+        when = item.updated_at if restored and item.updated_at is not None else now
+        result.corrections.append(Correction("create", rtype, rid, when, item.project_id, item.size,
+                                             "deleted in projection"))
         outcome.corrections += 1
     else:
         result.corrections.append(Correction("create", rtype, rid, item.created_at, item.project_id, item.size,
@@ -213,9 +307,10 @@ def _diff_listed(item: ListedResource, p: ProjectedResource | None, settle_from:
 
 
 def _recover(gone: Iterable[DeletedResource], by_type: Mapping[str, Mapping[str, ProjectedResource]],
-             settle_from: datetime, settings: Settings, result: Plan) -> None:
+             polls: Mapping[str, datetime], now: datetime, settings: Settings, result: Plan) -> None:
     """Resources created and deleted between runs whose events were both lost: both ends are known."""
     for d in gone:
+        settle_from = polls.get(d.resource_type, now) - settings.settle_window
         p = by_type.get(d.resource_type, {}).get(d.resource_id)
         if p is not None and p.status != "unborn":
             continue  # known: the missed-delete pass (live) or nothing to do (deleted)

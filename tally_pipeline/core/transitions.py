@@ -9,8 +9,10 @@ from __future__ import annotations
 
 _TRANSITIONAL: dict[str, frozenset[str]] = {
     "instance": frozenset(
+        # Not VERIFY_RESIZE: the server already runs (and is billed) on the new flavor, and with
+        # nova's default resize_confirm_window = 0 it can wait there for days.
         {"build", "reboot", "hard_reboot", "rebuild", "migrating", "resize", "revert_resize",
-         "verify_resize", "password", "deleting"}
+         "password", "deleting"}
     ),
     "volume": frozenset(
         {"creating", "attaching", "detaching", "deleting", "extending", "retyping", "downloading",

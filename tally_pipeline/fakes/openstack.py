@@ -14,8 +14,20 @@ image           ``/image``          ``GET /v2/images`` (top-level ``next``; defa
 load-balancer   ``/load-balancer``  ``GET /v2.0/lbaas/loadbalancers`` (``loadbalancers_links``)
 ==============  ==================  ===========================================================
 
+Each type also answers GET by id (``/servers/{id}``, ``/volumes/{id}``, ``/floatingips/{id}``,
+``/images/{id}``, ``/lbaas/loadbalancers/{id}``): 200 with the record while the platform holds
+it, 404 once it is gone; a soft-deleted server (status ``SOFT_DELETED`` among the view's deleted
+servers) answers 200 and shows in nova's ``deleted=true`` listing, not in the live one.
+
+Down cells (``cell_down``): as nova with ``list_records_by_skipping_down_cells = True``, those
+servers are left out of every listing carrying a limit, marker, sort or filter (other than
+``all_tenants``); an unpaged, unfiltered listing at microversion 2.69+ shows them as minimal
+``UNKNOWN`` records; GET by id answers the minimal record (2.69+) or 503.
+
 What it lists comes from any ``PlatformView`` at the instant its clock gives, so the simulator's
-ground truth plugs in unchanged. Faults are injected per resource type (see ``inject``).
+ground truth plugs in unchanged; every answer's ``Date`` header is that clock's. Faults are injected
+per resource type, on its listing or on its GET by id (see ``inject``); ``patch`` rewrites fields
+of one record as rendered (a glance image with a null owner, a floating IP without timestamps).
 
 Roles decide scope, as in a real cloud: ``admin`` sees every project and nova's deleted servers;
 ``reader`` (an auditor granted the all-projects policies) sees every project but nova silently
@@ -29,96 +41,27 @@ import secrets
 import socket
 import threading
 from collections.abc import Callable
-from dataclasses import dataclass
 from datetime import UTC, datetime
 from http.server import ThreadingHTTPServer
 from typing import Any, Literal
 
 from tally_pipeline.fakes import openstack_json as render
+from tally_pipeline.fakes.openstack_model import (
+    CINDER_MAX,
+    DOMAIN,
+    RESOURCE_TYPES,
+    SERVICES,
+    Fault,
+    FaultKind,
+    RecordedRequest,
+    Service,
+    Token,
+    User,
+)
 from tally_pipeline.sim.platform import FailureMode, PlatformView
 
-FaultKind = Literal["error", "unavailable", "timeout", "malformed", "absent"]
-RESOURCE_TYPES = ("instance", "volume", "floating_ip", "image", "load_balancer")
-CINDER_MAX = (3, 71)
-DOMAIN = {"id": "default", "name": "Default"}
-
-
-@dataclass(frozen=True)
-class Service:
-    service_type: str
-    name: str
-    prefix: str
-    default_limit: int | None  # page size when the client sends no limit (None: everything)
-    max_limit: int | None
-
-
-SERVICES: dict[str, Service] = {
-    "instance": Service("compute", "nova", "/compute", 1000, 1000),
-    "volume": Service("volumev3", "cinderv3", "/volume", 1000, 1000),
-    "floating_ip": Service("network", "neutron", "/network", None, None),
-    "image": Service("image", "glance", "/image", 25, 1000),
-    "load_balancer": Service("load-balancer", "octavia", "/load-balancer", 1000, 1000),
-}
-
-
-@dataclass
-class Fault:
-    """A fault on one resource type's list endpoint.
-
-    ``after_pages`` lets that many list requests succeed first (a failure mid-listing);
-    ``times`` bounds how often it fires (None: until cleared). ``absent`` drops the service from
-    the catalog of tokens issued from then on.
-    """
-
-    kind: FaultKind
-    after_pages: int = 0
-    times: int | None = None
-    seen: int = 0
-    fired: int = 0
-
-    def fires(self) -> bool:
-        self.seen += 1
-        if self.seen <= self.after_pages or (self.times is not None and self.fired >= self.times):
-            return False
-        self.fired += 1
-        return True
-
-
-@dataclass(frozen=True)
-class User:
-    name: str
-    password: str
-    project_id: str
-    project_name: str
-    roles: tuple[str, ...]
-
-    @property
-    def all_projects(self) -> bool:
-        return "admin" in self.roles or "reader" in self.roles
-
-    @property
-    def admin(self) -> bool:
-        return "admin" in self.roles
-
-
-@dataclass(frozen=True)
-class RecordedRequest:
-    """One request the fake answered: enough for tests to check what the client really sent."""
-
-    method: str
-    path: str
-    query: dict[str, list[str]]
-    resource_type: str | None  # set on list requests
-    microversion_header: str | None  # OpenStack-API-Version or X-OpenStack-Nova-API-Version as sent
-    microversion: str | None  # the microversion the fake answered with (nova, cinder)
-    status: int
-
-
-@dataclass
-class Token:
-    user: User
-    services: frozenset[str]  # resource types whose service was in the catalog at issue time
-
+__all__ = ["CINDER_MAX", "DOMAIN", "RESOURCE_TYPES", "SERVICES", "FakeOpenStack", "Fault", "FaultKind",
+           "RecordedRequest", "Service", "Token", "User"]
 
 class FakeOpenStack:
     """A fake OpenStack cloud on ``127.0.0.1:<free port>``, backed by a ``PlatformView``.
@@ -147,6 +90,9 @@ class FakeOpenStack:
         if at is not None:
             self.set_time(at)
         self._faults: dict[str, Fault] = {}
+        self._show_faults: dict[str, Fault] = {}
+        self._down_cell: set[str] = set()
+        self._patches: dict[str, tuple[dict[str, Any], tuple[str, ...]]] = {}
         self._users: dict[str, User] = {}
         self._tokens: dict[str, Token] = {}
         self._lock = threading.Lock()
@@ -180,20 +126,55 @@ class FakeOpenStack:
     def user(self, name: str) -> User:
         return self._users[name]
 
-    def inject(self, resource_type: str, kind: FaultKind, *, after_pages: int = 0, times: int | None = None) -> Fault:
-        """Make ``resource_type``'s list endpoint fail: ``error`` (HTTP 500), ``unavailable``
-        (HTTP 503, which clients retry), ``timeout`` (hang until the client gives up or the server
-        stops), ``malformed`` (a truncated JSON page), ``absent`` (not in the catalog)."""
+    def inject(self, resource_type: str, kind: FaultKind, *, after_pages: int = 0, times: int | None = None,
+               on: Literal["list", "show"] = "list") -> Fault:
+        """Make ``resource_type``'s list endpoint (or, ``on="show"``, its GET by id) fail: ``error``
+        (HTTP 500), ``unavailable`` (HTTP 503, which clients retry), ``timeout`` (hang until the
+        client gives up or the server stops), ``malformed`` (a truncated JSON page), ``absent``
+        (not in the catalog)."""
         if resource_type not in SERVICES:
             raise ValueError(f"unknown resource type {resource_type!r}")
         fault = Fault(kind, after_pages, times)
         with self._lock:
-            self._faults[resource_type] = fault
+            (self._show_faults if on == "show" else self._faults)[resource_type] = fault
         return fault
 
     def clear_faults(self) -> None:
         with self._lock:
             self._faults.clear()
+            self._show_faults.clear()
+
+    def cell_down(self, *server_ids: str) -> None:
+        """Put these servers in a nova cell that cannot be reached (see the module's docstring)."""
+        with self._lock:
+            self._down_cell.update(server_ids)
+
+    def cell_up(self) -> None:
+        with self._lock:
+            self._down_cell.clear()
+
+    def down_cell_ids(self) -> frozenset[str]:
+        with self._lock:
+            return frozenset(self._down_cell)
+
+    def in_down_cell(self, server_id: str) -> bool:
+        with self._lock:
+            return server_id in self._down_cell
+
+    def patch(self, resource_id: str, *, drop: tuple[str, ...] = (), **fields: Any) -> None:
+        """Render one record with ``fields`` replaced (``None`` gives JSON null) and ``drop`` left out."""
+        with self._lock:
+            self._patches[resource_id] = (dict(fields), tuple(drop))
+
+    def patched(self, body: dict[str, Any]) -> dict[str, Any]:
+        with self._lock:
+            found = self._patches.get(str(body.get("id")))
+        if found is None:
+            return body
+        fields, drop = found
+        out = {k: v for k, v in body.items() if k not in drop}
+        out.update(fields)
+        return out
 
     @property
     def requests(self) -> list[RecordedRequest]:
@@ -201,7 +182,11 @@ class FakeOpenStack:
             return list(self._requests)
 
     def list_requests(self, resource_type: str) -> list[RecordedRequest]:
-        return [r for r in self.requests if r.resource_type == resource_type]
+        return [r for r in self.requests if r.resource_type == resource_type and not r.show]
+
+    def show_requests(self, resource_type: str) -> list[RecordedRequest]:
+        """The GET-by-id requests answered for the type (the adapter's confirmations)."""
+        return [r for r in self.requests if r.resource_type == resource_type and r.show]
 
     def wait_for(self, predicate: Callable[[RecordedRequest], bool], timeout: float = 10.0) -> RecordedRequest | None:
         """Block until a request matching ``predicate`` has been received (hanging ones included,
@@ -311,12 +296,12 @@ class FakeOpenStack:
             self._requests.append(request)
             self._recorded.notify_all()
 
-    def _fault_for(self, resource_type: str) -> FaultKind | FailureMode | None:
+    def _fault_for(self, resource_type: str, *, show: bool = False) -> FaultKind | FailureMode | None:
         with self._lock:
-            fault = self._faults.get(resource_type)
+            fault = (self._show_faults if show else self._faults).get(resource_type)
             if fault is not None and fault.kind != "absent" and fault.fires():
                 return fault.kind
-        return self.view.failure(self.cloud, resource_type)
+        return None if show else self.view.failure(self.cloud, resource_type)
 
     def _catalog_types(self) -> frozenset[str]:
         with self._lock:

@@ -6,6 +6,7 @@ JSON (``openstack_json``) and applies the faults injected on ``FakeOpenStack``.
 
 from __future__ import annotations
 
+import email.utils
 import json
 import secrets
 import urllib.parse
@@ -15,8 +16,9 @@ from http.server import BaseHTTPRequestHandler
 from typing import TYPE_CHECKING, Any
 
 from tally_pipeline.fakes import openstack_json as render
-from tally_pipeline.fakes.openstack import CINDER_MAX, DOMAIN, SERVICES, RecordedRequest, Service, Token
-from tally_pipeline.sim.platform import PlatformRecord
+from tally_pipeline.fakes import openstack_show
+from tally_pipeline.fakes.openstack_model import CINDER_MAX, DOMAIN, SERVICES, RecordedRequest, Service, Token
+from tally_pipeline.sim.platform import PlatformRecord, in_down_cell
 
 if TYPE_CHECKING:
     from tally_pipeline.fakes.openstack import FakeOpenStack
@@ -51,6 +53,10 @@ class Handler(BaseHTTPRequestHandler):
         finally:
             self.fake._track(self.connection, open_=False)
 
+    def date_time_string(self, timestamp: float | None = None) -> str:
+        """Every answer is dated by the fake's clock, as a real service dates it by its own."""
+        return email.utils.formatdate(self.fake.now().timestamp() if timestamp is None else timestamp, usegmt=True)
+
     def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - stdlib signature
         """Requests are recorded in ``FakeOpenStack.requests`` instead of printed."""
 
@@ -69,7 +75,7 @@ class Handler(BaseHTTPRequestHandler):
         parts = urllib.parse.urlsplit(self.path)
         path = parts.path.rstrip("/") or "/"
         query = urllib.parse.parse_qs(parts.query, keep_blank_values=True)
-        self._context: dict[str, Any] = {"resource_type": None, "microversion": None}
+        self._context: dict[str, Any] = {"resource_type": None, "microversion": None, "show": False}
         try:
             if method == "POST":
                 self._post(path)
@@ -92,6 +98,7 @@ class Handler(BaseHTTPRequestHandler):
         header = self.headers.get("OpenStack-API-Version") or self.headers.get("X-OpenStack-Nova-API-Version")
         self.fake._record(RecordedRequest(
             method, path, query, self._context["resource_type"], header, self._context["microversion"], status,
+            self._context["show"],
         ))
 
     def _send(self, status: int, body: Any, headers: dict[str, str], *, head: bool = False) -> None:
@@ -199,6 +206,7 @@ class Handler(BaseHTTPRequestHandler):
             ]})
         if path == "/compute/v2.1/servers/detail":
             self._servers(query)
+        self._show_routes(path)
         if path.startswith("/volume/v3/") and path.endswith("/volumes/detail"):
             volumes_url = path.rsplit("/", 2)[0]
             self._listing("volume", query, "volumes", lambda r: render.volume_json(r, base_url=volumes_url))
@@ -210,6 +218,77 @@ class Handler(BaseHTTPRequestHandler):
             self._images(query)
         if path in ("/load-balancer/v2.0/lbaas/loadbalancers", "/load-balancer/v2/lbaas/loadbalancers"):
             self._listing("load_balancer", query, "loadbalancers", render.load_balancer_json)
+
+    # --- GET by id ------------------------------------------------------------------------------
+
+    _SHOW_PREFIXES = (
+        ("instance", "/compute/v2.1/servers/"),
+        ("floating_ip", "/network/v2.0/floatingips/"),
+        ("image", "/image/v2/images/"),
+        ("load_balancer", "/load-balancer/v2.0/lbaas/loadbalancers/"),
+        ("load_balancer", "/load-balancer/v2/lbaas/loadbalancers/"),
+    )
+
+    def _show_routes(self, path: str) -> None:
+        for resource_type, prefix in self._SHOW_PREFIXES:
+            rid = path.removeprefix(prefix)
+            if rid != path and rid and "/" not in rid and rid != "detail":
+                self._show(resource_type, urllib.parse.unquote(rid), prefix.rstrip("/").rsplit("/", 1)[0])
+        if path.startswith("/volume/v3/"):
+            parts = path.split("/")  # '', volume, v3, project, volumes, id
+            if len(parts) == 6 and parts[4] == "volumes" and parts[5] != "detail":
+                self._show("volume", urllib.parse.unquote(parts[5]), "/".join(parts[:4]))
+
+    def _show(self, resource_type: str, rid: str, base_path: str) -> None:
+        fake = self.fake
+        token = self._authorised(resource_type)
+        self._context["show"] = True
+        version = None
+        headers: dict[str, str] = {}
+        if resource_type == "instance":
+            version = self._nova_microversion()
+            self._context["microversion"] = render.format_microversion(version)
+            headers["OpenStack-API-Version"] = f"compute {render.format_microversion(version)}"
+        fault = fake._fault_for(resource_type, show=True)
+        if fault in ("error", "unavailable"):
+            code = 500 if fault == "error" else 503
+            raise _Reply(code, _fault_body(resource_type, code, "Unexpected API Error." if code == 500
+                                           else "Service Unavailable"))
+        if fault == "timeout":
+            raise _Hang()
+        record = openstack_show.find(fake.view, fake.cloud, resource_type, rid, fake.now())
+        if record is not None and not self._scoped([record], token, True):
+            record = None  # another project's resource: a member is told it does not exist
+        base_url = f"{fake.base_url}{base_path}"
+        renderers: dict[str, Callable[[PlatformRecord], dict[str, Any]]] = {
+            "instance": lambda r: render.server_json(r, microversion=version or (2, 1), base_url=base_url),
+            "volume": lambda r: render.volume_json(r, base_url=base_url),
+            "floating_ip": render.floating_ip_json,
+            "image": render.image_json,
+            "load_balancer": render.load_balancer_json,
+        }
+        status, body = openstack_show.show(
+            resource_type, record, down_cell=resource_type == "instance" and self._down(rid), microversion=version,
+            render_one=lambda r: fake.patched(renderers[resource_type](r)),
+            not_found=_fault_body(resource_type, 404, f"{resource_type} {rid} could not be found."),
+            unreachable=_fault_body(resource_type, 503, "The cell of this server cannot be reached."),
+            base_url=base_url,
+        )
+        raise _Reply(status, body, headers)
+
+    def _down_among(self, records: list[PlatformRecord]) -> set[str]:
+        """The ids among ``records`` in a down cell (one snapshot per request: listings are long)."""
+        fake = self.fake
+        if fake.view.failure(fake.cloud, "instance") == "down_cell":
+            return {r.resource_id for r in records if self._down(r.resource_id)}
+        chosen = fake.down_cell_ids()
+        return {r.resource_id for r in records if r.resource_id in chosen} if chosen else set()
+
+    def _down(self, server_id: str) -> bool:
+        """In a down cell: put there by the test, or by the simulated platform's ``down_cell`` fault."""
+        fake = self.fake
+        return fake.in_down_cell(server_id) or (
+            fake.view.failure(fake.cloud, "instance") == "down_cell" and in_down_cell(server_id))
 
     # --- listings ------------------------------------------------------------------------------
 
@@ -258,10 +337,18 @@ class Handler(BaseHTTPRequestHandler):
                                           "os_compute_api:servers:index:get_all_tenants to be performed."))
         records = [] if empty else self._server_records(query, token)
         records = self._scoped(records, token, all_tenants)
+        # nova's list_records_by_skipping_down_cells: a paged, sorted or filtered listing silently
+        # leaves a down cell's servers out; an unpaged one from 2.69 shows them as UNKNOWN
+        minimal = version >= openstack_show.DOWN_CELL_MICROVERSION and not (set(query) - {"all_tenants"})
+        down = self._down_among(records)
+        if down and not minimal:
+            records = [r for r in records if r.resource_id not in down]
         base_url = f"{fake.base_url}/compute/v2.1"
         page, next_marker, limit = _page(records, query, SERVICES["instance"], "instance")
-        body: dict[str, Any] = {"servers": [render.server_json(r, microversion=version, base_url=base_url)
-                                            for r in page]}
+        body: dict[str, Any] = {"servers": [
+            render.server_unknown_json(r, base_url=base_url) if r.resource_id in down
+            else fake.patched(render.server_json(r, microversion=version, base_url=base_url))
+            for r in page]}
         if next_marker is not None:
             href = _next_href(f"{base_url}/servers/detail", query, limit, next_marker)
             body["servers_links"] = [{"rel": "next", "href": href}]
@@ -323,7 +410,7 @@ class Handler(BaseHTTPRequestHandler):
         records = self._scoped(records, token, wants_all)
         spec = SERVICES[resource_type]
         page, next_marker, limit = _page(records, query, spec, resource_type)
-        body: dict[str, Any] = {key: [to_json(r) for r in page], f"{key}_links": []}
+        body: dict[str, Any] = {key: [fake.patched(to_json(r)) for r in page], f"{key}_links": []}
         if next_marker is not None:
             here = f"{fake.base_url}{self.path.split('?', 1)[0]}"
             body[f"{key}_links"] = [{"rel": "next", "href": _next_href(here, query, limit, next_marker)}]
@@ -350,7 +437,8 @@ class Handler(BaseHTTPRequestHandler):
         records = [] if empty or hidden_only else fake.view.records(fake.cloud, "image", fake.now())
         records = self._scoped(records, token, True)
         page, next_marker, limit = _page(records, query, SERVICES["image"], "image")
-        body: dict[str, Any] = {"images": [render.image_json(r) for r in page], "schema": "/v2/schemas/images",
+        body: dict[str, Any] = {"images": [fake.patched(render.image_json(r)) for r in page],
+                                "schema": "/v2/schemas/images",
                                 "first": "/v2/images"}
         if next_marker is not None:
             # Glance's next link is relative to the endpoint's root and keeps the other filters.

@@ -28,6 +28,7 @@ _VM_STATE = {
     "REVERT_RESIZE": "resized",
     "ERROR": "error",
     "DELETED": "deleted",
+    "SOFT_DELETED": "soft-delete",
     "SHELVED_OFFLOADED": "shelved_offloaded",
 }
 _NAMESPACE = uuid.UUID("5b0f2e5c-3b1e-4d8e-9a59-0c1a3f6e7d21")
@@ -94,6 +95,7 @@ def server_json(record: PlatformRecord, *, microversion: tuple[int, int], base_u
             "links": [{"rel": "bookmark", "href": f"{base_url}/flavors/{flavor_id}"}],
         }
     deleted = record.status == "DELETED"
+    gone = deleted or record.status == "SOFT_DELETED"
     return {
         "id": record.resource_id,
         "name": record.name or f"server-{record.resource_id[:8]}",
@@ -106,7 +108,7 @@ def server_json(record: PlatformRecord, *, microversion: tuple[int, int], base_u
         "image": {"id": stable_id("image", "cirros"), "links": []},
         "addresses": {},
         "metadata": {},
-        "hostId": "" if deleted else hashlib.sha224(record.project_id.encode()).hexdigest(),
+        "hostId": "" if gone else hashlib.sha224(record.project_id.encode()).hexdigest(),
         "key_name": None,
         "config_drive": "",
         "progress": 0,
@@ -119,13 +121,28 @@ def server_json(record: PlatformRecord, *, microversion: tuple[int, int], base_u
         ],
         "OS-DCF:diskConfig": "MANUAL",
         "OS-EXT-AZ:availability_zone": "nova",
-        "OS-EXT-STS:power_state": 0 if deleted else 1,
+        "OS-EXT-STS:power_state": 0 if gone else 1,
         "OS-EXT-STS:task_state": record.task_state,
         "OS-EXT-STS:vm_state": _VM_STATE.get(record.status, "active"),
         "OS-SRV-USG:launched_at": time_naive_micro(record.created_at),
+        # nova stamps terminated_at on a hard delete only; a soft delete shows in ``updated``
         "OS-SRV-USG:terminated_at": time_naive_micro(record.deleted_at) if deleted else None,
         "os-extended-volumes:volumes_attached": [],
         "security_groups": [] if deleted else [{"name": "default"}],
+    }
+
+
+def server_unknown_json(record: PlatformRecord, *, base_url: str) -> dict[str, Any]:
+    """Nova's minimal record (microversion 2.69+) for a server of a cell it cannot reach."""
+    return {
+        "id": record.resource_id,
+        "status": "UNKNOWN",
+        "tenant_id": record.project_id,
+        "created": time_z(record.created_at),
+        "links": [
+            {"rel": "self", "href": f"{base_url}/servers/{record.resource_id}"},
+            {"rel": "bookmark", "href": f"{base_url}/servers/{record.resource_id}"},
+        ],
     }
 
 
@@ -214,7 +231,6 @@ def load_balancer_json(record: PlatformRecord) -> dict[str, Any]:
         "name": record.name or "",
         "description": "",
         "project_id": record.project_id,
-        "tenant_id": record.project_id,
         "provisioning_status": record.status,
         "operating_status": "ONLINE" if record.status == "ACTIVE" else "OFFLINE",
         "admin_state_up": True,

@@ -125,7 +125,9 @@ def _instance(rng: random.Random, ctx: _CloudContext, tr: TransitionTimes, d: _D
         d.phases += [(begin, "RESIZE", "resize_migrating"), (begin + steps[0], "VERIFY_RESIZE", None),
                      (finish, "ACTIVE", None)]
         flavor = rng.choice([f for f in FLAVORS if f != flavor])
-        d.sizes.append((finish, _flavor_size(flavor)))
+        # As nova: the server runs on the new flavor from finish_resize (VERIFY_RESIZE) on; the
+        # confirm only frees the old host.
+        d.sizes.append((begin + steps[0], _flavor_size(flavor)))
     if horizon is not None:
         d.phases.append((horizon, "ACTIVE", "deleting"))  # nova has no DELETING status
 

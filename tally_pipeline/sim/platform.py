@@ -6,11 +6,20 @@ and the fake OpenStack server renders them as nova / cinder / neutron / glance /
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Literal, Protocol
 
-FailureMode = Literal["error", "timeout", "empty"]
+#: ``down_cell`` (instances only): one nova cell of ``DOWN_CELLS`` is unreachable, so its servers are
+#: missing from every paged listing though they still run (and answer a GET by id).
+FailureMode = Literal["error", "timeout", "empty", "down_cell"]
+DOWN_CELLS = 4
+
+
+def in_down_cell(resource_id: str) -> bool:
+    """Whether a server sits in the cell a ``down_cell`` fault takes down (a stable quarter of them)."""
+    return hashlib.blake2b(resource_id.encode(), digest_size=1).digest()[0] % DOWN_CELLS == 0
 
 
 @dataclass(frozen=True, slots=True)

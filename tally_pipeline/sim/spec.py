@@ -21,7 +21,7 @@ if TYPE_CHECKING:
 
 #: The types the simulator knows how to play, in generation order (the order is part of determinism).
 SIMULATED_TYPES: tuple[str, ...] = ("instance", "volume", "floating_ip", "image", "load_balancer")
-FAILURE_MODES: frozenset[str] = frozenset({"error", "timeout", "empty"})
+FAILURE_MODES: frozenset[str] = frozenset({"error", "timeout", "empty", "down_cell"})
 _CLOUD_NAME = re.compile(r"^[A-Za-z0-9_.-]{1,63}$")
 
 Seconds = tuple[int, int]  # an inclusive range a duration is drawn from, uniformly
@@ -64,7 +64,7 @@ class TransitionTimes:
 
     instance_build: Seconds = (20, 90)  # BUILD / spawning after created_at
     instance_resize: Seconds = (30, 180)  # RESIZE / resize_migrating
-    instance_verify: Seconds = (10, 120)  # VERIFY_RESIZE until the confirm that changes the size
+    instance_verify: Seconds = (10, 120)  # VERIFY_RESIZE (on the new flavor) until the confirm
     instance_delete: Seconds = (2, 15)  # ACTIVE / deleting before the server is gone
     volume_create: Seconds = (5, 30)
     volume_extend: Seconds = (5, 40)
@@ -166,6 +166,8 @@ class SimulationSpec:
                     raise ValueError(f"failing_types: {cloud}: {resource_type!r} is not a simulated type")
                 if mode not in FAILURE_MODES:
                     raise ValueError(f"failing_types: {cloud}: {resource_type}: unknown mode {mode!r}")
+                if mode == "down_cell" and resource_type != "instance":
+                    raise ValueError(f"failing_types: {cloud}: {resource_type}: down_cell is a nova fault (instance)")
 
     @property
     def end(self) -> datetime:

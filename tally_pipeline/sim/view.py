@@ -43,9 +43,12 @@ class SimulatedPlatform:
     # -- faults ----------------------------------------------------------------------------------
 
     def inject(self, cloud: str, resource_type: str, mode: FailureMode) -> None:
-        """Make the type's listing fail (``error``), hang (``timeout``) or wrongly come back ``empty``."""
+        """Make the type's listing fail (``error``), hang (``timeout``), wrongly come back ``empty``, or
+        (instances) silently miss the servers of a ``down_cell``."""
         if mode not in FAILURE_MODES:
             raise ValueError(f"unknown failure mode {mode!r} (known: {', '.join(sorted(FAILURE_MODES))})")
+        if mode == "down_cell" and resource_type != "instance":
+            raise ValueError("down_cell is a nova fault: it applies to instances only")
         if resource_type not in self.resource_types:
             raise ValueError(f"{resource_type!r} is not a simulated type")
         self._faults[(cloud, resource_type)] = mode

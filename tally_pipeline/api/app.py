@@ -188,7 +188,10 @@ def query_limit(request: Request, default: int = 100, maximum: int = 1000) -> in
     text = request.query_params.get("limit")
     if text is None:
         return default
-    if not text.isdigit() or not 1 <= int(text) <= maximum:
+    # str.isdigit() also holds for "²" and "٥" (int() reads the latter as 5 and fails on the former):
+    # only ASCII digits make a limit, and no more of them than the maximum has, so a 4,301-digit value
+    # is refused before int() would parse it.
+    if not (text.isascii() and text.isdigit() and len(text) <= len(str(maximum))) or not 1 <= int(text) <= maximum:
         raise ApiError(error(400, "invalid_parameter", f"limit must be an integer from 1 to {maximum}"))
     return int(text)
 
@@ -308,5 +311,8 @@ def create_app(ctx: ApiContext) -> Starlette:
         Route("/metrics", guarded(metrics, ctx), methods=["GET"]),
     ]
     app = Starlette(routes=routes, exception_handlers={HTTPException: _routing_error})
+    # Starlette answers a path with one slash too many or too few by a 307 to the same URL built from
+    # the caller's Host header, before any auth check: a path either matches a route or is a 404.
+    app.router.redirect_slashes = False
     app.state.ctx = ctx
     return app

@@ -94,6 +94,12 @@ def principal_of(ctx: ApiContext, request: Request) -> Principal:
     return principal
 
 
+def metric_clouds(ctx: ApiContext, principal: Principal) -> frozenset[str]:
+    """The clouds ``/metrics`` may name for this caller's items: the configured ones and those its token names."""
+    configured = frozenset(ctx.runtime.config.clouds) if ctx.runtime is not None else frozenset()
+    return configured | principal.named_clouds()
+
+
 def require(principal: Principal, scope: str) -> None:
     if not principal.has(scope):
         raise ApiError(error(403, "forbidden", f"this token lacks the {scope!r} scope"))
@@ -150,7 +156,7 @@ async def post_events(ctx: ApiContext, request: Request) -> Response:
     outcome: BatchOutcome = await run_in_threadpool(
         ctx.ingestor.ingest, items, origin="api", may_write=principal.may_ingest
     )
-    ctx.metrics.count_outcome(outcome)
+    ctx.metrics.count_outcome(outcome, metric_clouds(ctx, principal))
     return JSON(outcome.as_json())
 
 
@@ -162,7 +168,7 @@ async def post_event(ctx: ApiContext, request: Request) -> Response:
     outcome: BatchOutcome = await run_in_threadpool(
         ctx.ingestor.ingest, [item], origin="api", may_write=principal.may_ingest
     )
-    ctx.metrics.count_outcome(outcome)
+    ctx.metrics.count_outcome(outcome, metric_clouds(ctx, principal))
     result = outcome.results[0]
     body = result.as_json()
     body.pop("index", None)

@@ -65,6 +65,10 @@ class Principal:
     def may_ingest_any(self) -> bool:
         return any(s.startswith("ingest:") for s in self.scopes)
 
+    def named_clouds(self) -> frozenset[str]:
+        """The clouds an ``ingest:<cloud>`` scope names (``ingest:*`` names none: it is not a bounded set)."""
+        return frozenset(s.removeprefix("ingest:") for s in self.scopes if s.startswith("ingest:") and s != "ingest:*")
+
 
 ANONYMOUS_LOCAL = Principal("anonymous (loopback, no tokens file)", frozenset({"read", "admin", "ingest:*"}))
 

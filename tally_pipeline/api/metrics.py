@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import threading
 from collections import Counter
+from collections.abc import Container
 from typing import Any
 
 from tally_pipeline.ingest import BatchOutcome
@@ -20,6 +21,10 @@ def _escape(value: str) -> str:
     return value.replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
 
 
+#: The ``cloud`` label of every item whose cloud is neither configured nor named by the caller's token.
+OTHER_CLOUD = "other"
+
+
 class ApiMetrics:
     """Counters for this API process. Thread-safe: handlers run in a thread pool."""
 
@@ -29,10 +34,15 @@ class ApiMetrics:
         self.requests_rejected = Counter[str]()  # reason -> n
         self.store_errors = 0
 
-    def count_outcome(self, outcome: BatchOutcome) -> None:
+    def count_outcome(self, outcome: BatchOutcome, labelled: Container[str] = frozenset()) -> None:
+        """Count each item under its cloud when that cloud is in ``labelled`` (the configured clouds and
+        those the caller's token names), else under ``other``: the ``cloud`` of a rejected item is
+        whatever the caller wrote, and one label per junk value would grow the page and this process's
+        memory without bound."""
         with self._lock:
             for result in outcome.results:
-                self.events[(result.cloud or "", result.status)] += 1
+                cloud = result.cloud if result.cloud and result.cloud in labelled else OTHER_CLOUD
+                self.events[(cloud, result.status)] += 1
 
     def count_request_rejected(self, reason: str) -> None:
         with self._lock:

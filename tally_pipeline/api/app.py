@@ -15,20 +15,22 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+import anyio
 import orjson
 from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
 from starlette.convertors import Convertor, register_url_convertor
 from starlette.exceptions import HTTPException
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
 from starlette.routing import Route
 
 from tally_pipeline.api.auth import ANONYMOUS_LOCAL, Principal, TokenBook
 from tally_pipeline.api.bodies import BadBody, BodyTooLarge, events_of, parse_json, raw_text, read_limited
-from tally_pipeline.api.metrics import ApiMetrics
+from tally_pipeline.api.metrics import ApiMetrics, store_gauges
 from tally_pipeline.core.timeutil import TimestampError, format_rfc3339, parse_rfc3339
 from tally_pipeline.ingest import MAX_BATCH, BatchOutcome, Ingestor, raw_json
+from tally_pipeline.redaction import MASK, mask_credentials, redact
 from tally_pipeline.store.base import RejectedRow, Store, StoreBusy, StoreUnavailable
 
 log = logging.getLogger("tally.api")
@@ -113,16 +115,35 @@ def guarded(handler: Callable[[ApiContext, Request], Awaitable[Response]], ctx: 
             return await handler(ctx, request)
         except ApiError as exc:
             return exc.response
+        except ClientDisconnect:
+            # The client went away (or was cut off by the body deadline) before its body was read:
+            # nothing was stored, and nobody is left to answer. One line, not a traceback.
+            log.info("%s %s: client disconnected before its body was read", request.method, request.url.path)
+            ctx.metrics.count_request_rejected("client_disconnected")
+            return error(400, "client_disconnected")
         except (StoreUnavailable, StoreBusy) as exc:
-            log.warning("store unavailable: %s", exc)
+            detail = redact(str(exc))
+            log.warning("store unavailable: %s", detail)
             ctx.metrics.store_errors += 1
-            return error(503, "store_unavailable", str(exc))
+            return error(503, "store_unavailable", detail)
 
     return endpoint
 
 
 def _dead_letter_body(ctx: ApiContext, reason: str, message: str, raw: str | None) -> None:
     ctx.ingestor.dead_letter([RejectedRow(reason, message, "api", raw)])
+
+
+def _without_credentials(raw: str, request: Request) -> str:
+    """A refused body as the dead letter keeps it, minus any credential in it.
+
+    A client whose ``Content-Length`` overstates its body makes its next request, headers and all,
+    the rest of this body; the bearer token in that ``Authorization`` header must not be stored.
+    """
+    clean = mask_credentials(raw)
+    _, _, presented = request.headers.get("authorization", "").partition(" ")
+    presented = presented.strip()
+    return clean.replace(presented, MASK) if len(presented) >= 8 else clean
 
 
 async def _read_json(ctx: ApiContext, request: Request) -> Any:
@@ -134,7 +155,8 @@ async def _read_json(ctx: ApiContext, request: Request) -> Any:
     try:
         return parse_json(body)
     except BadBody as bad:
-        await run_in_threadpool(_dead_letter_body, ctx, bad.error, f"{bad.error}: {bad.detail}", raw_text(body))
+        await run_in_threadpool(_dead_letter_body, ctx, bad.error, f"{bad.error}: {bad.detail}",
+                                _without_credentials(raw_text(body), request))
         ctx.metrics.count_request_rejected(bad.error)
         raise ApiError(error(400, bad.error, bad.detail)) from None
 
@@ -147,7 +169,8 @@ async def post_events(ctx: ApiContext, request: Request) -> Response:
     try:
         items = events_of(parsed)
     except BadBody as bad:
-        await run_in_threadpool(_dead_letter_body, ctx, bad.error, f"{bad.error}: {bad.detail}", raw_json(parsed))
+        await run_in_threadpool(_dead_letter_body, ctx, bad.error, f"{bad.error}: {bad.detail}",
+                                _without_credentials(raw_json(parsed), request))
         ctx.metrics.count_request_rejected(bad.error)
         raise ApiError(error(400, bad.error, bad.detail)) from None
     if len(items) > MAX_BATCH:
@@ -269,13 +292,25 @@ async def healthz(ctx: ApiContext, request: Request) -> Response:
     try:
         await run_in_threadpool(ctx.store.ping)
     except (StoreUnavailable, StoreBusy) as exc:
-        return error(503, "store_unavailable", str(exc))
+        return error(503, "store_unavailable", redact(str(exc)))
     return JSON({"status": "ok", "database": ctx.store.dialect})
+
+
+#: How long ``/metrics`` waits for the store's gauges before answering without them. A scrape times
+#: out after 10 s by default, and a store that is down holds a request for its pool timeout (10 s).
+METRICS_STORE_DEADLINE = 3.0
 
 
 async def metrics(ctx: ApiContext, request: Request) -> Response:
     clouds = sorted(ctx.runtime.config.clouds) if ctx.runtime is not None else []
-    text = await run_in_threadpool(ctx.metrics.render, ctx.store, clouds)
+    gauges: list[str] | None = None
+    try:
+        with anyio.fail_after(METRICS_STORE_DEADLINE):
+            # abandoned on timeout: the thread finishes its wait for the pool on its own
+            gauges = await anyio.to_thread.run_sync(store_gauges, ctx.store, clouds, abandon_on_cancel=True)
+    except (StoreUnavailable, StoreBusy, TimeoutError) as exc:
+        log.warning("/metrics without the store's gauges: %s", redact(str(exc)) or "no answer in time")
+    text = ctx.metrics.render(gauges)
     return Response(text, media_type="text/plain; version=0.0.4; charset=utf-8")
 
 

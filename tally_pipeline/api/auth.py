@@ -20,6 +20,8 @@ from pathlib import Path
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from tally_pipeline.redaction import yaml_error_text
+
 SCOPE_PATTERN = re.compile(r"^(read|admin|ingest:\*|ingest:[A-Za-z0-9_.-]{1,63})$")
 
 
@@ -90,7 +92,7 @@ class TokenBook:
         except OSError as exc:
             raise TokensFileError(f"cannot read tokens file {str(path)!r}: {exc.strerror}") from None
         except yaml.YAMLError as exc:
-            raise TokensFileError(f"{path}: not valid YAML: {exc}") from None
+            raise TokensFileError(f"{path}: not valid YAML: {yaml_error_text(exc)}") from None
         try:
             parsed = _TokensFile.model_validate(data)
         except ValidationError as exc:

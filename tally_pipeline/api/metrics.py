@@ -48,7 +48,11 @@ class ApiMetrics:
         with self._lock:
             self.requests_rejected[reason] += 1
 
-    def render(self, store: Any, clouds: list[str] | None = None) -> str:
+    def render(self, store_gauges: list[str] | None) -> str:
+        """The page: this process's counters, then ``store_gauges`` (``None``: the store did not answer,
+        so they are left out and ``tally_store_up`` is 0; the counters are what an outage needs)."""
+        from tally_pipeline.api.connections import closed_connections
+
         lines: list[str] = []
 
         def family(name: str, kind: str, help_text: str) -> None:
@@ -67,7 +71,13 @@ class ApiMetrics:
             lines.append(f"tally_requests_rejected_total{_labels(reason=reason)} {n}")
         family("tally_store_errors_total", "counter", "Requests answered 503 because the store was unavailable.")
         lines.append(f"tally_store_errors_total {store_errors}")
-        lines.extend(_store_gauges(store, clouds or []))
+        family("tally_connections_closed_total", "counter",
+               "Connections this process closed for a limit: header or body deadline, oversized headers or request line.")
+        for reason, n in sorted(closed_connections().items()):
+            lines.append(f"tally_connections_closed_total{_labels(reason=reason)} {n}")
+        family("tally_store_up", "gauge", "1 when the gauges below were read from the store, 0 when it did not answer in time.")
+        lines.append(f"tally_store_up {int(store_gauges is not None)}")
+        lines.extend(store_gauges or [])
         return "\n".join(lines) + "\n"
 
 
@@ -75,7 +85,7 @@ def _ts(value: Any) -> str:
     return f"{value.timestamp():.3f}"
 
 
-def _store_gauges(store: Any, clouds: list[str]) -> list[str]:
+def store_gauges(store: Any, clouds: list[str]) -> list[str]:
     """What every API process reports alike, read from the shared store: alerts work across replicas."""
     from tally_pipeline.alerts import activity, last_runs, last_success
 

@@ -243,3 +243,12 @@ def test_beyond_max_connections_a_request_is_answered_503(pg_url: str, tmp_path:
             sock.close()
         wait_until(lambda: httpx.get(f"{server.url}/healthz", timeout=10).status_code == 200,
                    "the held connections to be released")
+
+
+def test_an_oversized_declared_body_is_refused_and_the_connection_closed_at_once(server: ServeProcess) -> None:
+    sock = connect(server, timeout=DEADLINE / 2)  # well before the body deadline
+    sock.sendall(b"POST /v1/events HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer " + TOKEN.encode()
+                 + b"\r\nContent-Length: 1073741824\r\n\r\n" + b'{"events": [' + b" " * 60_000)
+    answer = read_until_closed(sock)
+    assert answer.startswith(b"HTTP/1.1 413") and b"connection: close" in answer.lower()
+    assert b'"error":"body_too_large"' in answer

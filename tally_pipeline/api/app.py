@@ -151,7 +151,11 @@ async def _read_json(ctx: ApiContext, request: Request) -> Any:
         body = await read_limited(request, ctx.max_body_bytes)
     except BodyTooLarge as exc:
         ctx.metrics.count_request_rejected("body_too_large")
-        raise ApiError(error(413, "body_too_large", f"request body exceeds {exc.limit} bytes", max_bytes=exc.limit)) from None
+        refusal = error(413, "body_too_large", f"request body exceeds {exc.limit} bytes", max_bytes=exc.limit)
+        # Close after answering: kept open, the connection would go on reading (and discarding) the
+        # rest of the oversized body until the body deadline.
+        refusal.headers["Connection"] = "close"
+        raise ApiError(refusal) from None
     try:
         return parse_json(body)
     except BadBody as bad:

@@ -7,6 +7,7 @@ from collections import Counter
 from collections.abc import Container
 from typing import Any
 
+from tally_pipeline.api.connections import closed_connections
 from tally_pipeline.ingest import BatchOutcome
 
 
@@ -51,8 +52,6 @@ class ApiMetrics:
     def render(self, store_gauges: list[str] | None) -> str:
         """The page: this process's counters, then ``store_gauges`` (``None``: the store did not answer,
         so they are left out and ``tally_store_up`` is 0; the counters are what an outage needs)."""
-        from tally_pipeline.api.connections import closed_connections
-
         lines: list[str] = []
 
         def family(name: str, kind: str, help_text: str) -> None:

@@ -217,6 +217,7 @@ def test_an_overstated_content_length_never_puts_a_bearer_token_in_the_dead_lett
     assert TOKEN not in everything
 
 
+@pytest.mark.slow
 def test_every_worker_process_applies_the_deadlines(pg_url: str, tmp_path: Path) -> None:
     config = write_config(tmp_path)
     with api_process(migrate(pg_url), config=config, workers=2) as url:

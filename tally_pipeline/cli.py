@@ -10,6 +10,7 @@ import click
 
 from tally_pipeline.config import ConfigError
 from tally_pipeline.core.registry import RegistryError
+from tally_pipeline.redaction import redact, redact_unconfigured_logging
 from tally_pipeline.runtime import Runtime
 from tally_pipeline.store import StoreError
 
@@ -38,7 +39,8 @@ def with_runtime(command: Callable[..., Any]) -> Callable[..., Any]:
         try:
             return command(*args, rt=rt, **kwargs)
         except (StoreError, RegistryError) as exc:
-            raise click.ClickException(str(exc)) from None
+            # A store error may quote the database URL (the missing-migrations error does): no password.
+            raise click.ClickException(redact(str(exc))) from None
         finally:
             rt.close()
 
@@ -59,6 +61,7 @@ def group_of(parent: click.Group, name: str, help_text: str) -> click.Group:
 @click.version_option(package_name="tally-pipeline")
 def main() -> None:
     """tally: usage metering for clouds — events, reconciliation, projections and a convergent ledger."""
+    redact_unconfigured_logging()
 
 
 @main.group()

@@ -13,12 +13,20 @@ from typing import Annotated, Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from tally_pipeline.redaction import redact, remember_url_password, yaml_error_text
+
 DEFAULT_DATABASE = "duckdb://.tally/tally.duckdb"
 CONFIG_ENV = "TALLY_CONFIG"
 
 
 class ConfigError(ValueError):
-    """A configuration that cannot be used; the message names the file and the key."""
+    """A configuration that cannot be used; the message names the file and the key.
+
+    The message is redacted: a YAML error quotes the offending line, which may be the database URL.
+    """
+
+    def __init__(self, message: str):
+        super().__init__(redact(message))
 
 
 class _Strict(BaseModel):
@@ -133,6 +141,12 @@ class ApiSettings(_Strict):
     host: str = "127.0.0.1"
     port: int = Field(default=8080, ge=0, le=65535)
     max_body_bytes: int = Field(default=5 * 1024 * 1024, ge=1024)
+    max_header_bytes: int = Field(default=64 * 1024, ge=1024, description="request line and headers together")
+    max_request_line_bytes: int = Field(default=8 * 1024, ge=256)
+    header_timeout: float = Field(default=10.0, gt=0, description="seconds from connection (or previous answer) to the end of the headers")
+    body_timeout: float = Field(default=60.0, gt=0, description="seconds from the end of the headers to the end of the declared body")
+    keep_alive_timeout: int = Field(default=5, ge=1, description="seconds an idle connection is kept between requests")
+    max_connections: int | None = Field(default=1000, ge=1, description="beyond this many open connections a request is answered 503")
 
 
 class TallyConfig(_Strict):
@@ -193,7 +207,7 @@ def load_config(path: str | Path | None = None, *, database: str | None = None) 
         try:
             loaded = yaml.safe_load(text)
         except yaml.YAMLError as exc:
-            raise ConfigError(f"{file}: not valid YAML: {exc}") from None
+            raise ConfigError(f"{file}: not valid YAML: {yaml_error_text(exc)}") from None
         if loaded is None:
             loaded = {}
         if not isinstance(loaded, dict):
@@ -202,6 +216,8 @@ def load_config(path: str | Path | None = None, *, database: str | None = None) 
         base = file.resolve().parent
     if database is not None:
         data = {**data, "database": database}
+    if isinstance(data.get("database"), str):
+        remember_url_password(data["database"])  # before validation: its errors are printed too
     try:
         config = TallyConfig.model_validate(data)
     except ValidationError as exc:

@@ -202,3 +202,24 @@ def test_dagster_instance_settings_build_a_queued_postgres_instance(
     with psycopg.connect(pg_url) as conn:
         tables = {r[0] for r in conn.execute("SELECT tablename FROM pg_tables WHERE schemaname = 'public'")}
     assert {"runs", "event_logs"} <= tables
+
+
+def _nginx_size(value: str) -> int:
+    units = {"k": 1024, "m": 1024 * 1024}
+    return int(value[:-1]) * units[value[-1]] if value[-1] in units else int(value)
+
+
+def test_the_proxy_mirrors_the_apis_own_limits() -> None:
+    from tally_pipeline.config import ApiSettings
+
+    api = ApiSettings()
+    nginx = dict(re.findall(r"^\s*([a-z_]+) ([^;]+);", (DEPLOY / "proxy" / "nginx.conf").read_text(), re.M))
+    count, size = nginx["large_client_header_buffers"].split()
+    assert int(count) * _nginx_size(size) == api.max_header_bytes
+    assert _nginx_size(size) == api.max_request_line_bytes
+    assert _nginx_size(nginx["client_max_body_size"]) == api.max_body_bytes
+    assert float(nginx["client_header_timeout"].rstrip("s")) == api.header_timeout
+    assert float(nginx["client_body_timeout"].rstrip("s")) == api.body_timeout
+    # The proxy's idle client timeout matches the API's; its upstream keep-alive stays below it.
+    timeouts = re.findall(r"keepalive_timeout (\d+)s;", (DEPLOY / "proxy" / "nginx.conf").read_text())
+    assert sorted(int(t) for t in timeouts) == [api.keep_alive_timeout - 1, api.keep_alive_timeout]

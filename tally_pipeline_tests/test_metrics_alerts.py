@@ -47,7 +47,7 @@ def test_metrics_are_valid_exposition_with_the_alert_inputs(store_url, tmp_path)
         assert match, f"not Prometheus text format: {line!r}"
         samples[(match.group(1), match.group(2) or "")] = float(match.group(3))
     assert samples[("tally_events_total", '{cloud="region-one",outcome="stored"}')] == 2
-    assert samples[("tally_events_total", '{cloud="",outcome="rejected"}')] == 1
+    assert samples[("tally_events_total", '{cloud="other",outcome="rejected"}')] == 1
     assert samples[("tally_cloud_events_stored_total", '{cloud="region-one",source="collector"}')] == 2
     last = samples[("tally_cloud_last_collector_event_timestamp_seconds", '{cloud="region-one"}')]
     assert abs(last - datetime.now(UTC).timestamp()) < 600

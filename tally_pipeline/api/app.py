@@ -15,20 +15,22 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
+import anyio
 import orjson
 from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
 from starlette.convertors import Convertor, register_url_convertor
 from starlette.exceptions import HTTPException
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
 from starlette.routing import Route
 
 from tally_pipeline.api.auth import ANONYMOUS_LOCAL, Principal, TokenBook
 from tally_pipeline.api.bodies import BadBody, BodyTooLarge, events_of, parse_json, raw_text, read_limited
-from tally_pipeline.api.metrics import ApiMetrics
+from tally_pipeline.api.metrics import ApiMetrics, store_gauges
 from tally_pipeline.core.timeutil import TimestampError, format_rfc3339, parse_rfc3339
 from tally_pipeline.ingest import MAX_BATCH, BatchOutcome, Ingestor, raw_json
+from tally_pipeline.redaction import MASK, mask_credentials, redact
 from tally_pipeline.store.base import RejectedRow, Store, StoreBusy, StoreUnavailable
 
 log = logging.getLogger("tally.api")
@@ -94,6 +96,12 @@ def principal_of(ctx: ApiContext, request: Request) -> Principal:
     return principal
 
 
+def metric_clouds(ctx: ApiContext, principal: Principal) -> frozenset[str]:
+    """The clouds ``/metrics`` may name for this caller's items: the configured ones and those its token names."""
+    configured = frozenset(ctx.runtime.config.clouds) if ctx.runtime is not None else frozenset()
+    return configured | principal.named_clouds()
+
+
 def require(principal: Principal, scope: str) -> None:
     if not principal.has(scope):
         raise ApiError(error(403, "forbidden", f"this token lacks the {scope!r} scope"))
@@ -107,10 +115,17 @@ def guarded(handler: Callable[[ApiContext, Request], Awaitable[Response]], ctx: 
             return await handler(ctx, request)
         except ApiError as exc:
             return exc.response
+        except ClientDisconnect:
+            # The client went away (or was cut off by the body deadline) before its body was read:
+            # nothing was stored, and nobody is left to answer. One line, not a traceback.
+            log.info("%s %s: client disconnected before its body was read", request.method, request.url.path)
+            ctx.metrics.count_request_rejected("client_disconnected")
+            return error(400, "client_disconnected")
         except (StoreUnavailable, StoreBusy) as exc:
-            log.warning("store unavailable: %s", exc)
+            detail = redact(str(exc))
+            log.warning("store unavailable: %s", detail)
             ctx.metrics.store_errors += 1
-            return error(503, "store_unavailable", str(exc))
+            return error(503, "store_unavailable", detail)
 
     return endpoint
 
@@ -119,16 +134,33 @@ def _dead_letter_body(ctx: ApiContext, reason: str, message: str, raw: str | Non
     ctx.ingestor.dead_letter([RejectedRow(reason, message, "api", raw)])
 
 
+def _without_credentials(raw: str, request: Request) -> str:
+    """A refused body as the dead letter keeps it, minus any credential in it.
+
+    A client whose ``Content-Length`` overstates its body makes its next request, headers and all,
+    the rest of this body; the bearer token in that ``Authorization`` header must not be stored.
+    """
+    clean = mask_credentials(raw)
+    _, _, presented = request.headers.get("authorization", "").partition(" ")
+    presented = presented.strip()
+    return clean.replace(presented, MASK) if len(presented) >= 8 else clean
+
+
 async def _read_json(ctx: ApiContext, request: Request) -> Any:
     try:
         body = await read_limited(request, ctx.max_body_bytes)
     except BodyTooLarge as exc:
         ctx.metrics.count_request_rejected("body_too_large")
-        raise ApiError(error(413, "body_too_large", f"request body exceeds {exc.limit} bytes", max_bytes=exc.limit)) from None
+        refusal = error(413, "body_too_large", f"request body exceeds {exc.limit} bytes", max_bytes=exc.limit)
+        # Close after answering: kept open, the connection would go on reading (and discarding) the
+        # rest of the oversized body until the body deadline.
+        refusal.headers["Connection"] = "close"
+        raise ApiError(refusal) from None
     try:
         return parse_json(body)
     except BadBody as bad:
-        await run_in_threadpool(_dead_letter_body, ctx, bad.error, f"{bad.error}: {bad.detail}", raw_text(body))
+        await run_in_threadpool(_dead_letter_body, ctx, bad.error, f"{bad.error}: {bad.detail}",
+                                _without_credentials(raw_text(body), request))
         ctx.metrics.count_request_rejected(bad.error)
         raise ApiError(error(400, bad.error, bad.detail)) from None
 
@@ -141,7 +173,8 @@ async def post_events(ctx: ApiContext, request: Request) -> Response:
     try:
         items = events_of(parsed)
     except BadBody as bad:
-        await run_in_threadpool(_dead_letter_body, ctx, bad.error, f"{bad.error}: {bad.detail}", raw_json(parsed))
+        await run_in_threadpool(_dead_letter_body, ctx, bad.error, f"{bad.error}: {bad.detail}",
+                                _without_credentials(raw_json(parsed), request))
         ctx.metrics.count_request_rejected(bad.error)
         raise ApiError(error(400, bad.error, bad.detail)) from None
     if len(items) > MAX_BATCH:
@@ -150,7 +183,7 @@ async def post_events(ctx: ApiContext, request: Request) -> Response:
     outcome: BatchOutcome = await run_in_threadpool(
         ctx.ingestor.ingest, items, origin="api", may_write=principal.may_ingest
     )
-    ctx.metrics.count_outcome(outcome)
+    ctx.metrics.count_outcome(outcome, metric_clouds(ctx, principal))
     return JSON(outcome.as_json())
 
 
@@ -162,7 +195,7 @@ async def post_event(ctx: ApiContext, request: Request) -> Response:
     outcome: BatchOutcome = await run_in_threadpool(
         ctx.ingestor.ingest, [item], origin="api", may_write=principal.may_ingest
     )
-    ctx.metrics.count_outcome(outcome)
+    ctx.metrics.count_outcome(outcome, metric_clouds(ctx, principal))
     result = outcome.results[0]
     body = result.as_json()
     body.pop("index", None)
@@ -188,7 +221,10 @@ def query_limit(request: Request, default: int = 100, maximum: int = 1000) -> in
     text = request.query_params.get("limit")
     if text is None:
         return default
-    if not text.isdigit() or not 1 <= int(text) <= maximum:
+    # str.isdigit() also holds for "²" and "٥" (int() reads the latter as 5 and fails on the former):
+    # only ASCII digits make a limit, and no more of them than the maximum has, so a 4,301-digit value
+    # is refused before int() would parse it.
+    if not (text.isascii() and text.isdigit() and len(text) <= len(str(maximum))) or not 1 <= int(text) <= maximum:
         raise ApiError(error(400, "invalid_parameter", f"limit must be an integer from 1 to {maximum}"))
     return int(text)
 
@@ -260,13 +296,25 @@ async def healthz(ctx: ApiContext, request: Request) -> Response:
     try:
         await run_in_threadpool(ctx.store.ping)
     except (StoreUnavailable, StoreBusy) as exc:
-        return error(503, "store_unavailable", str(exc))
+        return error(503, "store_unavailable", redact(str(exc)))
     return JSON({"status": "ok", "database": ctx.store.dialect})
+
+
+#: How long ``/metrics`` waits for the store's gauges before answering without them. A scrape times
+#: out after 10 s by default, and a store that is down holds a request for its pool timeout (10 s).
+METRICS_STORE_DEADLINE = 3.0
 
 
 async def metrics(ctx: ApiContext, request: Request) -> Response:
     clouds = sorted(ctx.runtime.config.clouds) if ctx.runtime is not None else []
-    text = await run_in_threadpool(ctx.metrics.render, ctx.store, clouds)
+    gauges: list[str] | None = None
+    try:
+        with anyio.fail_after(METRICS_STORE_DEADLINE):
+            # abandoned on timeout: the thread finishes its wait for the pool on its own
+            gauges = await anyio.to_thread.run_sync(store_gauges, ctx.store, clouds, abandon_on_cancel=True)
+    except (StoreUnavailable, StoreBusy, TimeoutError) as exc:
+        log.warning("/metrics without the store's gauges: %s", redact(str(exc)) or "no answer in time")
+    text = ctx.metrics.render(gauges)
     return Response(text, media_type="text/plain; version=0.0.4; charset=utf-8")
 
 
@@ -308,5 +356,8 @@ def create_app(ctx: ApiContext) -> Starlette:
         Route("/metrics", guarded(metrics, ctx), methods=["GET"]),
     ]
     app = Starlette(routes=routes, exception_handlers={HTTPException: _routing_error})
+    # Starlette answers a path with one slash too many or too few by a 307 to the same URL built from
+    # the caller's Host header, before any auth check: a path either matches a route or is a 404.
+    app.router.redirect_slashes = False
     app.state.ctx = ctx
     return app

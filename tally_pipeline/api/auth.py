@@ -20,6 +20,8 @@ from pathlib import Path
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from tally_pipeline.redaction import yaml_error_text
+
 SCOPE_PATTERN = re.compile(r"^(read|admin|ingest:\*|ingest:[A-Za-z0-9_.-]{1,63})$")
 
 
@@ -65,6 +67,10 @@ class Principal:
     def may_ingest_any(self) -> bool:
         return any(s.startswith("ingest:") for s in self.scopes)
 
+    def named_clouds(self) -> frozenset[str]:
+        """The clouds an ``ingest:<cloud>`` scope names (``ingest:*`` names none: it is not a bounded set)."""
+        return frozenset(s.removeprefix("ingest:") for s in self.scopes if s.startswith("ingest:") and s != "ingest:*")
+
 
 ANONYMOUS_LOCAL = Principal("anonymous (loopback, no tokens file)", frozenset({"read", "admin", "ingest:*"}))
 
@@ -86,7 +92,7 @@ class TokenBook:
         except OSError as exc:
             raise TokensFileError(f"cannot read tokens file {str(path)!r}: {exc.strerror}") from None
         except yaml.YAMLError as exc:
-            raise TokensFileError(f"{path}: not valid YAML: {exc}") from None
+            raise TokensFileError(f"{path}: not valid YAML: {yaml_error_text(exc)}") from None
         try:
             parsed = _TokensFile.model_validate(data)
         except ValidationError as exc:

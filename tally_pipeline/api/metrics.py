@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import threading
 from collections import Counter
+from collections.abc import Container
 from typing import Any
 
+from tally_pipeline.api.connections import closed_connections
 from tally_pipeline.ingest import BatchOutcome
 
 
@@ -20,6 +22,10 @@ def _escape(value: str) -> str:
     return value.replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
 
 
+#: The ``cloud`` label of every item whose cloud is neither configured nor named by the caller's token.
+OTHER_CLOUD = "other"
+
+
 class ApiMetrics:
     """Counters for this API process. Thread-safe: handlers run in a thread pool."""
 
@@ -29,16 +35,23 @@ class ApiMetrics:
         self.requests_rejected = Counter[str]()  # reason -> n
         self.store_errors = 0
 
-    def count_outcome(self, outcome: BatchOutcome) -> None:
+    def count_outcome(self, outcome: BatchOutcome, labelled: Container[str] = frozenset()) -> None:
+        """Count each item under its cloud when that cloud is in ``labelled`` (the configured clouds and
+        those the caller's token names), else under ``other``: the ``cloud`` of a rejected item is
+        whatever the caller wrote, and one label per junk value would grow the page and this process's
+        memory without bound."""
         with self._lock:
             for result in outcome.results:
-                self.events[(result.cloud or "", result.status)] += 1
+                cloud = result.cloud if result.cloud and result.cloud in labelled else OTHER_CLOUD
+                self.events[(cloud, result.status)] += 1
 
     def count_request_rejected(self, reason: str) -> None:
         with self._lock:
             self.requests_rejected[reason] += 1
 
-    def render(self, store: Any, clouds: list[str] | None = None) -> str:
+    def render(self, store_gauges: list[str] | None) -> str:
+        """The page: this process's counters, then ``store_gauges`` (``None``: the store did not answer,
+        so they are left out and ``tally_store_up`` is 0; the counters are what an outage needs)."""
         lines: list[str] = []
 
         def family(name: str, kind: str, help_text: str) -> None:
@@ -57,7 +70,13 @@ class ApiMetrics:
             lines.append(f"tally_requests_rejected_total{_labels(reason=reason)} {n}")
         family("tally_store_errors_total", "counter", "Requests answered 503 because the store was unavailable.")
         lines.append(f"tally_store_errors_total {store_errors}")
-        lines.extend(_store_gauges(store, clouds or []))
+        family("tally_connections_closed_total", "counter",
+               "Connections this process closed for a limit: header or body deadline, oversized headers or request line.")
+        for reason, n in sorted(closed_connections().items()):
+            lines.append(f"tally_connections_closed_total{_labels(reason=reason)} {n}")
+        family("tally_store_up", "gauge", "1 when the gauges below were read from the store, 0 when it did not answer in time.")
+        lines.append(f"tally_store_up {int(store_gauges is not None)}")
+        lines.extend(store_gauges or [])
         return "\n".join(lines) + "\n"
 
 
@@ -65,7 +84,7 @@ def _ts(value: Any) -> str:
     return f"{value.timestamp():.3f}"
 
 
-def _store_gauges(store: Any, clouds: list[str]) -> list[str]:
+def store_gauges(store: Any, clouds: list[str]) -> list[str]:
     """What every API process reports alike, read from the shared store: alerts work across replicas."""
     from tally_pipeline.alerts import activity, last_runs, last_success
 

@@ -28,7 +28,8 @@ def serve(rt: Runtime, host: str | None, port: int | None, tokens_file: Path | N
 
     import uvicorn
 
-    from tally_pipeline.api.server import ENV_CONFIG, ENV_DATABASE, ENV_TOKENS
+    from tally_pipeline.api.server import ENV_CONFIG, ENV_DATABASE, ENV_TOKENS, uvicorn_options
+    from tally_pipeline.redaction import redact
 
     host = host or rt.config.api.host
     port = rt.config.api.port if port is None else port
@@ -38,9 +39,10 @@ def serve(rt: Runtime, host: str | None, port: int | None, tokens_file: Path | N
         app = build_app(rt, tokens_file=tokens_path)
     except (ServeRefused, TokensFileError) as exc:
         raise click.ClickException(str(exc)) from None
-    click.echo(f"tally API on http://{host}:{port} ({rt.store.dialect}: {rt.store.url})", err=True)
+    click.echo(f"tally API on http://{host}:{port} ({rt.store.dialect}: {redact(rt.store.url)})", err=True)
+    options = uvicorn_options(rt.config.api, log_level)
     if workers == 1:
-        uvicorn.run(app, host=host, port=port, log_level=log_level, access_log=False)
+        uvicorn.run(app, host=host, port=port, **options)
         return
     if rt.store.dialect != "postgres":
         raise click.ClickException("--workers above 1 needs Postgres: an embedded DuckDB file admits one process")
@@ -50,7 +52,7 @@ def serve(rt: Runtime, host: str | None, port: int | None, tokens_file: Path | N
     os.environ[ENV_TOKENS] = str(tokens_path or "")
     rt.close()
     uvicorn.run("tally_pipeline.api.server:app_from_env", factory=True, workers=workers, host=host, port=port,
-                log_level=log_level, access_log=False)
+                **options)
 
 
 def register(main: click.Group) -> None:

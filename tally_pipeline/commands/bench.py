@@ -52,7 +52,8 @@ def bench_projection(rt: Runtime, n_events: int, resources: int, late: int) -> N
 @click.option("--clouds", type=click.IntRange(min=1), default=2, show_default=True)
 @click.option("--resources", type=click.IntRange(min=1), default=60, show_default=True)
 def bench_accuracy(loss: float, duplicates: float, hours: float, seed: int, clouds: int, resources: int) -> None:
-    """Ground truth vs events alone vs events + 10-minute syncs, in resource-hours per type."""
+    """Ground truth vs events alone vs events + 10-minute syncs: resource-hours per type, and per
+    (cloud, project, meter) as a tenant sees it (`tenant.abs_error`, `tenant.worst`)."""
     from tqdm import tqdm
 
     from tally_pipeline.bench import accuracy

@@ -113,3 +113,11 @@ def never_posted(
         sql += " AND i.start_at < %s"
         params.append(through)
     return [(c, p, m) for c, p, m in uow.fetchall(sql + " ORDER BY 1, 2, 3", params)]
+
+
+def posted_by_entity(uow: UnitOfWork) -> dict[tuple[str, str, str], int]:
+    """Everything posted per (cloud, project, meter), both accounts, in micro-units: a tenant's bill."""
+    rows = uow.fetchall(
+        "SELECT cloud, project_id, meter, sum(amount) * 1000000 FROM ledger_postings GROUP BY cloud, project_id, meter"
+    )
+    return {(c, p, m): int(micro) for c, p, m, micro in rows}

@@ -358,7 +358,7 @@ def _tenant_report(last: Sample, base: Sample) -> dict[str, Any]:
         "abs_error": {"events_only": round(plain.abs_error, 6), "reconciled": round(fixed.abs_error, 6)},
         "worst": {"events_only": plain.worst.to_dict() if plain.worst else None,
                   "reconciled": fixed.worst.to_dict() if fixed.worst else None},
-        "entities": plain.entities,
+        "entities": sum(1 for v in window.truth.values() if v),  # bills with usage in the truth
     }
 
 

@@ -46,10 +46,11 @@ def picture(run: Any, path: Path) -> Path:
             err.plot(times[-len(errors):], [100 * e.abs_error for e in errors], color=color, label=label)
             worst = errors[-1].worst if errors else None
             if worst is not None:
-                last_worst.append(f"worst, {label}: {worst.project_id} {worst.meter} {worst.relative:.1%}")
+                project = worst.project_id if len(worst.project_id) <= 10 else worst.project_id[:8] + "…"
+                last_worst.append(f"worst bill, {label}:\n  {project} {worst.meter} {worst.relative:.1%}")
         err.set_title("tenant view: Σ|ledger − truth| per (cloud, project, meter) / truth (%)", fontsize=9)
         if last_worst:
-            err.text(0.02, 0.97, "\n".join(last_worst), transform=err.transAxes, fontsize=7, va="top")
+            err.text(0.02, 0.75, "\n".join(last_worst), transform=err.transAxes, fontsize=7, va="top")
         err.tick_params(axis="x", labelrotation=30, labelsize=8)
         err.legend(fontsize=8)
         for extra in flat[len(meters) + 1:]:

@@ -146,7 +146,7 @@ def tenant_view(d: Drive) -> dict[str, Any]:
         "abs_error": {"events_only": round(plain.abs_error, 6), "reconciled": round(fixed.abs_error, 6)},
         "worst": {"events_only": plain.worst.to_dict() if plain.worst else None,
                   "reconciled": fixed.worst.to_dict() if fixed.worst else None},
-        "entities": len(truth),
+        "entities": sum(1 for v in truth.values() if v),  # bills with usage in the truth
     }
 
 

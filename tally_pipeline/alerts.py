@@ -8,6 +8,7 @@ import orjson
 
 from tally_pipeline.core import alerts as rules
 from tally_pipeline.core.timeutil import to_utc
+from tally_pipeline.store import ledger_records
 from tally_pipeline.store.base import Store
 
 
@@ -40,6 +41,12 @@ def last_success(store: Store) -> dict[str, datetime]:
     return {c: to_utc(t) for c, t in rows}
 
 
+def ledger_skips(store: Store) -> list[rules.LedgerSkip]:
+    """What the latest posting cycle skipped or excluded."""
+    rows = store.run(ledger_records.latest_skips)
+    return [rules.LedgerSkip(r.cloud, r.project_id, r.meter, r.reason, r.excluded_intervals) for r in rows]
+
+
 def evaluate(store: Store, clouds: list[str], now: datetime, settings: rules.AlertSettings) -> dict[str, rules.Condition]:
     runs = last_runs(store)
     return {
@@ -47,4 +54,5 @@ def evaluate(store: Store, clouds: list[str], now: datetime, settings: rules.Ale
         "sync_stale": rules.sync_stale(clouds, last_success(store), now, settings),
         "sync_errors": rules.sync_errors(runs),
         "drift_high": rules.drift_high(runs, settings),
+        "ledger_entities_skipped": rules.ledger_entities_skipped(ledger_skips(store)),
     }

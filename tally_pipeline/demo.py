@@ -8,7 +8,8 @@ materializes the projection, audits the ledger and posts a checkpoint-delta cycl
 ``usage_daily`` is backfilled over the window in one run and a last cycle posts through the end.
 
 Beside it, a second store is fed the same events with no reconciliation ("events alone"), and the
-ledger of each is compared with the simulator's ground truth, per meter, through the same clamp.
+ledger of each is compared with the simulator's ground truth through the same clamp: per meter, and
+as a tenant sees it, per (cloud, project, meter) with absolute differences summed.
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ import dagster as dg
 from tally_pipeline.adapters.simulated import SimulatedAdapter
 from tally_pipeline.core.registry import SizeSchemaRegistry
 from tally_pipeline.core.timeutil import format_rfc3339
-from tally_pipeline.core.usage import Interval, cumulative_usage_micro, to_units
+from tally_pipeline.core.usage import Entity, Interval, cumulative_usage_micro, tenant_error, to_units, usage_by_entity
 from tally_pipeline.defs.reconciliation import follow_up_requests, reconciliation_requests
 from tally_pipeline.defs.resources import Ledger, TallyStore
 from tally_pipeline.defs.tags import NOW
@@ -73,13 +74,30 @@ class SimulatedPlatforms:
 
 @dataclass
 class Sample:
-    """Ledger totals per meter at one posting cycle (µ-units), for the picture."""
+    """Ledger totals per meter at one posting cycle (µ-units), for the picture; the same per
+    (cloud, project, meter) for the tenant view."""
 
     at: datetime
     clamp: datetime
     reconciled: dict[str, int]
     events_only: dict[str, int]
     truth: dict[str, int]
+    tenants: TenantSample | None = None
+
+
+@dataclass
+class TenantSample:
+    reconciled: dict[Entity, int]
+    events_only: dict[Entity, int]
+    truth: dict[Entity, int]
+
+    def minus(self, base: TenantSample) -> TenantSample:
+        return TenantSample(_minus(self.reconciled, base.reconciled), _minus(self.events_only, base.events_only),
+                            _minus(self.truth, base.truth))
+
+
+def _minus(a: dict[Any, int], b: dict[Any, int]) -> dict[Any, int]:
+    return {k: a.get(k, 0) - b.get(k, 0) for k in set(a) | set(b)}
 
 
 @dataclass
@@ -120,6 +138,19 @@ def _ledger_totals(store: Any) -> dict[str, int]:
     from tally_pipeline.core.usage import to_micro
 
     return {m: to_micro(a) for m, a in store.query("SELECT meter, sum(amount) FROM ledger_postings GROUP BY meter")}
+
+
+_EPOCH = datetime.fromisoformat("1970-01-01T00:00:00+00:00")
+
+
+def _tenant_sample(sim: Simulation, registry: SizeSchemaRegistry, main: Any, plain: Any, through: datetime) -> TenantSample:
+    """Each ledger per (cloud, project, meter), and the ground truth through ``through``, in µ-units."""
+    from tally_pipeline.store import ledger_records
+
+    rows = ((key.cloud, iv.project_id, key.resource_type, Interval(iv.start, iv.end, dict(iv.size)))
+            for key, iv in sim.truth.intervals())
+    return TenantSample(main.run(ledger_records.posted_by_entity), plain.run(ledger_records.posted_by_entity),
+                        usage_by_entity(registry.meters(), rows, _EPOCH, through))
 
 
 def run_demo(s: DemoSettings, *, progress: Callable[[int, int], None] | None = None) -> DemoRun:
@@ -176,7 +207,8 @@ def run_demo(s: DemoSettings, *, progress: Callable[[int, int], None] | None = N
             post_usage(plain.store, plain.registry, now=now, ingest_lag=s.ingest_lag, window_days=35)
         clamp = now - timedelta(seconds=s.ingest_lag)
         run.samples.append(Sample(now, clamp, _ledger_totals(main.store), _ledger_totals(plain.store),
-                                  _truth_totals(sim, main.registry, clamp)))
+                                  _truth_totals(sim, main.registry, clamp),
+                                  _tenant_sample(sim, main.registry, main.store, plain.store, clamp)))
 
     # One process runs everything: keeping both files open for the whole demo lets every other
     # connection (the Dagster steps' own stores) reuse the open database instead of reloading it.
@@ -273,6 +305,7 @@ def report(run: DemoRun) -> dict[str, Any]:
             "deferrals": {k: int(v) for k, v in deferrals.items()},
             "postings": {k: int(v) for k, v in postings.items()},
             "meters": meters,
+            "tenant": _tenant_report(last, base),
             "residual": {
                 "lost_deletes_without_deletion_time": sum(1 for k in lost_deletes if k.resource_type != "instance"),
                 "lost_deletes_of_instances_dated_exactly": sum(1 for k in lost_deletes if k.resource_type == "instance"),
@@ -313,6 +346,20 @@ def _seed_bound(run: DemoRun, meter: Any, start: datetime, end: datetime) -> int
         updates = 1 if key in lost.lost("update") else 0
         total += worst * (deletes + updates)
     return total
+
+
+def _tenant_report(last: Sample, base: Sample) -> dict[str, Any]:
+    """``tenant.abs_error`` and ``tenant.worst`` over the window: each ledger's postings per (cloud,
+    project, meter) against the truth, differences summed in absolute value."""
+    assert last.tenants is not None and base.tenants is not None
+    window = last.tenants.minus(base.tenants)
+    plain, fixed = tenant_error(window.truth, window.events_only), tenant_error(window.truth, window.reconciled)
+    return {
+        "abs_error": {"events_only": round(plain.abs_error, 6), "reconciled": round(fixed.abs_error, 6)},
+        "worst": {"events_only": plain.worst.to_dict() if plain.worst else None,
+                  "reconciled": fixed.worst.to_dict() if fixed.worst else None},
+        "entities": sum(1 for v in window.truth.values() if v),  # bills with usage in the truth
+    }
 
 
 def _relative(value: int, truth: int) -> float:

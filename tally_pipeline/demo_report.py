@@ -1,15 +1,17 @@
-"""The demo's report: a terminal summary and a picture of the ledgers against the truth over time."""
+"""The demo's report: a terminal summary and a picture of the ledgers against the truth over time,
+per meter and as a tenant sees it (per cloud, project and meter)."""
 
 from __future__ import annotations
 
 from pathlib import Path
 from typing import Any
 
-from tally_pipeline.core.usage import to_units
+from tally_pipeline.core.usage import tenant_error, to_units
 
 
 def picture(run: Any, path: Path) -> Path:
-    """Per meter: ground truth, the reconciled ledger and the events-only ledger at each posting cycle."""
+    """Per meter: ground truth, the reconciled ledger and the events-only ledger at each posting cycle;
+    in the last panel, the tenant view: Σ |ledger − truth| per (cloud, project, meter) over the truth."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -18,7 +20,7 @@ def picture(run: Any, path: Path) -> Path:
     base = run.baseline
     samples = [
         type(s)(s.at, s.clamp, _minus(s.reconciled, base.reconciled), _minus(s.events_only, base.events_only),
-                _minus(s.truth, base.truth))
+                _minus(s.truth, base.truth), s.tenants.minus(base.tenants) if s.tenants and base.tenants else None)
         for s in run.samples
     ]
     meters = sorted(samples[-1].truth)
@@ -37,18 +39,18 @@ def picture(run: Any, path: Path) -> Path:
         ax.tick_params(axis="y", labelsize=8)
     err = flat[len(meters)] if len(meters) < len(flat) else None
     if err is not None:
+        last_worst = []
         for label, key, color in (("events alone", "events_only", "tab:red"),
                                   ("events + reconciliation", "reconciled", "tab:green")):
-            series = []
-            for s in samples:
-                worst = 0.0
-                for meter in meters:
-                    truth = s.truth.get(meter, 0)
-                    if truth:
-                        worst = max(worst, abs(getattr(s, key).get(meter, 0) - truth) / truth)
-                series.append(100 * worst)
-            err.plot(times, series, color=color, label=label)
-        err.set_title("worst meter error vs truth (%)", fontsize=10)
+            errors = [tenant_error(s.tenants.truth, getattr(s.tenants, key)) for s in samples if s.tenants]
+            err.plot(times[-len(errors):], [100 * e.abs_error for e in errors], color=color, label=label)
+            worst = errors[-1].worst if errors else None
+            if worst is not None:
+                project = worst.project_id if len(worst.project_id) <= 10 else worst.project_id[:8] + "…"
+                last_worst.append(f"worst bill, {label}:\n  {project} {worst.meter} {worst.relative:.1%}")
+        err.set_title("tenant view: Σ|ledger − truth| per (cloud, project, meter) / truth (%)", fontsize=9)
+        if last_worst:
+            err.text(0.02, 0.75, "\n".join(last_worst), transform=err.transAxes, fontsize=7, va="top")
         err.tick_params(axis="x", labelrotation=30, labelsize=8)
         err.legend(fontsize=8)
         for extra in flat[len(meters) + 1:]:
@@ -90,6 +92,19 @@ def text(report: dict[str, Any]) -> str:
     for name, m in report["meters"].items():
         lines.append(f"  {name:22} {m['truth']:>16,.3f} {m['ledger']:>16,.3f} {m['events_only_error']:>13.3%} "
                      f"{m['reconciled_error']:>11.4%}")
+    t = report["tenant"]
+    lines += [
+        "",
+        f"as a tenant sees it ({t['entities']} bills: one per cloud, project and meter; over- and under-billing "
+        "of different tenants add up, never cancel):",
+        f"  Σ |ledger − truth| / truth:   events alone {t['abs_error']['events_only']:.3%}   "
+        f"reconciled {t['abs_error']['reconciled']:.4%}",
+    ]
+    for label, key in (("events alone", "events_only"), ("reconciled", "reconciled")):
+        w = t["worst"][key]
+        lines.append(f"  worst bill, {label + ':':13} " + (
+            f"{w['cloud']}/{w['project_id']} {w['meter']}: {w['measured']:,.3f} billed for {w['truth']:,.3f} used "
+            f"({w['error']:.2%})" if w else "none off"))
     r = report["residual"]
     lines += [
         "",

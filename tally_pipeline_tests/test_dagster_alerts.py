@@ -1,4 +1,4 @@
-"""The four alert sensors and checks, each with its condition true and false, over a prepared store."""
+"""The five alert sensors and checks, each with its condition true and false, over a prepared store."""
 
 from __future__ import annotations
 
@@ -66,7 +66,19 @@ def reported(result) -> tuple[str, bool] | None:
     return (events[0].check_name, events[0].passed) if events else None
 
 
+def ledger_cycle_row(store, skipped: bool):
+    from tally_pipeline.store import ledger_records
+
+    skips = [ledger_records.SkipRow("c1", "p1", "vcpu_hours", "bad_size", "bad_size: instance/vm-1: vcpus", 1)]
+    cycle = ledger_records.CycleRow("cycle-1", NOW, NOW, 3, 3, 0, int(skipped))
+    store.run(lambda uow: ledger_records.record_cycle(uow, cycle, skips if skipped else []))
+
+
 CASES = {
+    "ledger_entities_skipped": (
+        lambda s: ledger_cycle_row(s, skipped=False),
+        lambda s: ledger_cycle_row(s, skipped=True),
+    ),
     "events_silent": (
         lambda s: activity_row(s, "c1", NOW - timedelta(minutes=5)),
         lambda s: activity_row(s, "c1", NOW - timedelta(hours=3)),

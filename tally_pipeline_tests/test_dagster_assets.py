@@ -101,7 +101,8 @@ def test_landing_files_to_projection_to_ledger(setup) -> None:
     posted = defs.resolve_job_def("delta_posting").execute_in_process(
         instance=setup["instance"], tags={"tally/now": (T0 + timedelta(days=1)).isoformat()})
     assert posted.success
-    assert check_results(posted) == {"ledger_balanced": True, "postings_match_usage": True}
+    assert check_results(posted) == {"ledger_balanced": True, "postings_match_usage": True,
+                                     "ledger_entities_skipped": True}
     assert materializations(posted, "ledger_postings")[0]["postings"] == 1  # one entity: c1/p1/volume_gb_hours
     amount = rt.store.query("SELECT sum(amount) FROM ledger_postings")[0][0]
     lag = 1 / 60  # ingest_lag 60 s: the clamp is a minute before now
@@ -186,6 +187,31 @@ def test_blocking_audit_check_stops_posting_when_the_ledger_does_not_add_up(setu
     assert not blocked.success
     assert check_results(blocked)["ledger_balanced"] is False
     assert rt.store.query("SELECT count(*) FROM ledger_postings")[0][0] == before  # nothing posted
+
+
+def test_an_excluded_interval_fails_the_audit_without_stopping_the_cycle(setup) -> None:
+    from tally_pipeline_tests.ledger_data import Row, insert
+
+    defs, rt = setup["defs"], setup["rt"]
+    Ingestor(rt.store, rt.registry).ingest([vol_event("a1", "va", "create", T0)], origin="t")
+    first = defs.resolve_job_def("delta_posting").execute_in_process(
+        instance=setup["instance"], tags={"tally/now": (T0 + timedelta(hours=5)).isoformat()})
+    assert first.success and check_results(first)["ledger_balanced"]
+    # a history the meter cannot read (a looser custom schema let it in), in another project
+    insert(rt.store, Row("p2", "vb", T0, None, {"gb": "ten"}, resource_type="volume"))
+    second = defs.resolve_job_def("delta_posting").execute_in_process(
+        instance=setup["instance"], tags={"tally/now": (T0 + timedelta(hours=9)).isoformat()})
+    assert second.success  # the cycle ran: the audit before it still saw a clean latest cycle
+    assert check_results(second)["ledger_entities_skipped"] is False  # the alert's check sees the exclusion
+    before = rt.store.query("SELECT count(*) FROM ledger_postings")[0][0]
+    third = defs.resolve_job_def("delta_posting").execute_in_process(
+        instance=setup["instance"], tags={"tally/now": (T0 + timedelta(hours=13)).isoformat()})
+    # red, with WARN severity: visible, and p1's usage is still posted (a blocked cycle would bill nobody)
+    [audit] = [e.event_specific_data for e in third.all_events if e.event_type_value == "ASSET_CHECK_EVALUATION"
+               and e.event_specific_data.check_name == "ledger_balanced"]
+    assert audit.passed is False and audit.severity == dg.AssetCheckSeverity.WARN
+    assert third.success
+    assert rt.store.query("SELECT count(*) FROM ledger_postings")[0][0] == before + 1  # p1's four more hours
 
 
 def test_asset_definitions_tell_the_story(setup) -> None:

@@ -53,6 +53,22 @@ def test_lossy_demo_events_alone_are_wrong_and_reconciliation_stays_within_the_s
 
 
 @pytest.mark.slow
+def test_lossy_demo_reports_the_error_a_tenant_sees(lossy) -> None:
+    report, _ = lossy
+    tenant = report["tenant"]
+    plain, fixed = tenant["abs_error"]["events_only"], tenant["abs_error"]["reconciled"]
+    assert plain > 0.01 and fixed < plain
+    # per tenant nothing nets out: the summed absolute error is at least any meter's netted error
+    meters = report["meters"]
+    truth_total = sum(m["truth"] for m in meters.values())
+    netted = abs(sum(m["events_only"] - m["truth"] for m in meters.values())) / truth_total
+    assert plain >= netted
+    worst = tenant["worst"]["events_only"]
+    assert worst["meter"] in meters and worst["error"] >= plain
+    assert worst["project_id"] and abs(worst["measured"] - worst["truth"]) > 0
+
+
+@pytest.mark.slow
 def test_same_seed_gives_the_same_figures(lossy) -> None:
     first, second = lossy
     assert figures(first) == figures(second)
@@ -64,4 +80,6 @@ def test_without_loss_both_ledgers_are_exact(tmp_path) -> None:
     for name, m in report["meters"].items():
         assert m["events_only_error"] == 0 and m["reconciled_error"] == 0, name
         assert m["ledger"] == m["truth"] and m["events_only"] == m["truth"], name
+    assert report["tenant"]["abs_error"] == {"events_only": 0.0, "reconciled": 0.0}
+    assert report["tenant"]["worst"] == {"events_only": None, "reconciled": None}
     assert report["events"]["lost"] == 0

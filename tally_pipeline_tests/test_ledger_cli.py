@@ -63,13 +63,51 @@ def test_verify_exits_non_zero_on_a_discrepancy(config, store_url) -> None:
     assert {d["kind"] for d in json.loads(verified.output)["discrepancies"]} == {"ledger_mismatch"}
 
 
-def test_post_usage_exits_non_zero_when_an_entity_is_skipped(config, store_url) -> None:
+def test_post_usage_exits_non_zero_when_an_interval_is_excluded(config, store_url) -> None:
     store = open_store(store_url)
     insert(store, Row("p3", "vm-3", T0 - DAY, None, vm(vcpus="four")))
     store.close()
     result = run("post-usage", "--config", config, "--now", "2026-03-01T00:00:00Z")
     assert result.exit_code == 1
-    assert [s["project_id"] for s in json.loads(result.output)["skipped"]] == ["p3"]
+    out = json.loads(result.output)
+    assert out["skipped"] == []
+    assert [(s["project_id"], s["meter"], s["excluded_intervals"]) for s in out["excluded"]] == [("p3", "vcpu_hours", 1)]
+    # the rest of p3 is billed: its instance hours do not depend on the size
+    assert out["posted"] == 8
+    verified = run("ledger", "verify", "--config", config)
+    assert verified.exit_code == 1
+    found = json.loads(verified.output)["discrepancies"]
+    assert {(d["project_id"], d["meter"], d["kind"]) for d in found} == {
+        ("p3", "vcpu_hours", "unreadable_usage"), ("p3", "vcpu_hours", "skipped")}
+    assert any("bad_size: instance/vm-3: vcpus" in d["detail"] for d in found)
+
+
+def test_verify_names_an_entity_with_usage_that_no_cycle_posted(config, store_url) -> None:
+    assert run("post-usage", "--config", config, "--now", "2026-03-01T00:00:00Z").exit_code == 0
+    store = open_store(store_url)
+    # a checkpoint row that never advanced (a cycle skipped it), for usage dated before the clamp
+    store.run(lambda uow: uow.execute(
+        "UPDATE usage_checkpoints SET clamp = NULL, total = 0 WHERE project_id = 'p1' AND meter = 'vcpu_hours'"))
+    store.run(lambda uow: uow.execute("DELETE FROM ledger_postings WHERE project_id = 'p1' AND meter = 'vcpu_hours'"))
+    store.close()
+    verified = run("ledger", "verify", "--config", config)
+    assert verified.exit_code == 1
+    assert [(d["project_id"], d["meter"], d["kind"]) for d in json.loads(verified.output)["discrepancies"]] == [
+        ("p1", "vcpu_hours", "never_posted")]
+
+
+def test_post_usage_refuses_an_instant_in_the_future(config) -> None:
+    from datetime import UTC, datetime, timedelta
+
+    from tally_pipeline.core.timeutil import format_rfc3339
+
+    ahead = format_rfc3339(datetime.now(UTC) + timedelta(hours=1))
+    result = CliRunner().invoke(main, ["post-usage", "--config", config, "--now", ahead])
+    assert result.exit_code == 2
+    assert "is in the future" in result.output and "--now" in result.output
+    # within the tolerance (clock skew) it runs
+    near = format_rfc3339(datetime.now(UTC) + timedelta(seconds=30))
+    assert run("post-usage", "--config", config, "--now", near).exit_code == 0
 
 
 def test_daily_wants_a_day_or_a_range(config) -> None:

@@ -103,6 +103,16 @@ def test_zero_amounts_are_not_posted_and_keys_name_entity_clamp_and_account() ->
     assert str(keys[0][0]) == "c1/p1/instance_hours@2026-02-28T23:45:00Z#usage"
 
 
+def test_a_checkpoint_dated_before_this_window_is_split_at_this_cycles_boundary() -> None:
+    # posted once at NOW; the next cycle 40 days later has its window start past that clamp
+    first = window()
+    checkpoint = Checkpoint(total=10 * H, clamp=first.clamp, boundary=first.boundary, aged_before=2 * H)
+    later = CycleWindow.at(NOW + timedelta(days=40), ingest_lag=900, window_days=35)
+    # U(later clamp) = 10 h posted + 3 h new in [old clamp, later boundary) + 1 h inside the window
+    delta = plan_delta(checkpoint, EntityTotals(14 * H, 2 * H, 13 * H), later)
+    assert (delta.aged_out, delta.usage) == (3 * H, 1 * H)
+
+
 def test_the_split_uses_the_checkpoints_own_boundary() -> None:
     w = window()
     earlier = NOW - timedelta(days=40)

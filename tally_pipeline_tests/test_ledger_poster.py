@@ -8,7 +8,7 @@ from decimal import Decimal
 
 import pytest
 
-from tally_pipeline.core.ledger import EntityKey, NonMonotonicCheckpoint
+from tally_pipeline.core.ledger import EntityKey
 from tally_pipeline.ledger.poster import post_usage
 from tally_pipeline.ledger.verify import verify
 from tally_pipeline_tests.ledger_data import (
@@ -116,9 +116,22 @@ def test_a_checkpoint_never_moves_backwards(store, registry) -> None:
     insert(store, *rows)
     cycle(store, registry, T0)
     before, count = checkpoints(store), posting_count(store)
-    with pytest.raises(NonMonotonicCheckpoint, match="never moves backwards"):
-        cycle(store, registry, T0 - timedelta(seconds=1))
+    earlier = cycle(store, registry, T0 - timedelta(seconds=1))
+    assert earlier.posted == [] and len(earlier.skipped) == 6
+    assert all(s.code == "non_monotonic" and "never moves backwards" in s.reason for s in earlier.skipped)
     assert checkpoints(store) == before and posting_count(store) == count
+
+
+def test_an_entity_ahead_of_the_clamp_is_skipped_and_every_other_entity_posts(store, registry) -> None:
+    rows = fleet()
+    insert(store, *rows)
+    cycle(store, registry, T0, entities=[EntityKey("c1", "p2", "volume_gb_hours")])
+    # vol-1's entity is posted through T0's clamp; a cycle an hour earlier must still post the rest
+    result = cycle(store, registry, T0 - HOUR)
+    assert [(s.project_id, s.meter, s.code) for s in result.skipped] == [("p2", "volume_gb_hours", "non_monotonic")]
+    assert len(result.posted) == 5
+    assert checkpoints(store)[EntityKey("c1", "p1", "instance_hours")][1] == T0 - HOUR - LAG
+    assert checkpoints(store)[EntityKey("c1", "p2", "volume_gb_hours")][1] == T0 - LAG
 
 
 def test_a_correction_dated_earlier_posts_a_credit(store, registry) -> None:
@@ -148,20 +161,27 @@ def test_an_entity_whose_history_vanished_is_credited_to_zero(store, registry) -
     assert_ledger_matches_usage(store, registry, [r for r in rows if r.project_id != "p2"])
 
 
-def test_an_entity_with_an_unusable_size_is_reported_and_skipped(store, registry) -> None:
-    rows = [*fleet(), Row("p9", "vm-bad", T0 - DAY, None, vm(vcpus="two"))]
+def test_an_unusable_interval_is_excluded_and_the_rest_of_its_entity_is_billed(store, registry) -> None:
+    good = Row("p9", "vm-good", T0 - DAY, None, vm(vcpus=4))
+    rows = [*fleet(), good, Row("p9", "vm-bad", T0 - DAY, None, vm(vcpus="two"), interval_no=1)]
     insert(store, *rows)
     result = cycle(store, registry, T0, batch_size=2)
     bad = EntityKey("c1", "p9", "vcpu_hours")
-    assert [(s.project_id, s.meter) for s in result.skipped] == [("p9", "vcpu_hours")]
-    assert result.skipped[0].reason.startswith("bad_size: instance/vm-bad: vcpus")
-    assert bad not in posted_total(store) and checkpoints(store)[bad] == (0, None)
-    # the same resource's other meters, and every other entity, were posted
-    assert EntityKey("c1", "p9", "instance_hours") in result.posted and len(result.posted) == 8
-    assert_ledger_matches_usage(store, registry, rows)
-    # once the size is corrected, the entity catches up
+    assert result.skipped == []
+    assert [(s.project_id, s.meter, s.code, s.excluded) for s in result.excluded] == [("p9", "vcpu_hours", "bad_size", 1)]
+    assert result.excluded[0].reason.startswith("bad_size: instance/vm-bad: vcpus")
+    # the entity is billed for vm-good: 4 vCPUs over the day up to the clamp
+    assert posted_total(store)[bad] == model_usage(registry, [good], T0 - LAG)[bad] == 4 * 23_750_000
+    assert bad in result.posted and len(result.posted) == 9
+    # the exclusion stays visible: verify fails, naming the entity and why
+    report = verify(store, registry)
+    assert {(d.project_id, d.meter, d.kind) for d in report.discrepancies} == {
+        ("p9", "vcpu_hours", "unreadable_usage"), ("p9", "vcpu_hours", "skipped")}
+    assert not report.audit().passed and not report.audit().blocking
+    # once the size is corrected, the next cycle posts the difference and verify is clean again
     fixed = replace_row(store, rows[-1], size=vm(vcpus=2))
-    cycle(store, registry, T0 + HOUR)
+    later = cycle(store, registry, T0 + HOUR)
+    assert later.clean
     assert_ledger_matches_usage(store, registry, [*rows[:-1], fixed])
 
 
@@ -202,6 +222,30 @@ def test_an_entity_advanced_past_the_clamp_meanwhile_is_skipped_as_non_monotonic
 
     result = cycle(store, registry, T0, on_stage=newer_cycle_runs_meanwhile)
     assert result.posted == [] and len(result.skipped) == 6
-    assert all(s.reason.startswith("non_monotonic_checkpoint:") for s in result.skipped)
+    assert all(s.reason.startswith("non_monotonic:") for s in result.skipped)
     assert {clamp for _, clamp in checkpoints(store).values()} == {later - LAG}
+    # the ledger is consistent; the skips of the cycle that finished last stay visible
+    report = verify(store, registry)
+    assert {d.kind for d in report.discrepancies} == {"skipped"} and len(report.discrepancies) == 6
+    assert verify(store, registry, include_history=False).ok
+    cycle(store, registry, later + HOUR)
     assert_ledger_matches_usage(store, registry, rows)
+
+
+def test_a_poster_paused_past_the_window_splits_at_this_cycles_own_window_start(store, registry) -> None:
+    """window_days = 1 and a pause of 3 days: everything dated before now − 1 day is aged out, however
+    long ago the last cycle's boundary was (today it was split at that boundary: all of it "usage")."""
+    vm_1 = Row("p1", "vm-1", T0 - 3 * DAY, None, vm(vcpus=1))
+    insert(store, vm_1)
+    post_usage(store, registry, now=T0, ingest_lag=LAG, window_days=1)
+    hours = EntityKey("c1", "p1", "instance_hours")
+    assert postings(store)[(hours, "aged_out")] == 48_000_000  # [T0 − 3 d, T0 − 1 d)
+    # while the poster is paused, a straggler dated inside the old window arrives: 2 h, 12 h before T0
+    straggler = Row("p1", "vm-late", T0 - 12 * HOUR, T0 - 10 * HOUR, vm(vcpus=1))
+    insert(store, straggler)
+    later = T0 + 3 * DAY
+    result = post_usage(store, registry, now=later, ingest_lag=LAG, window_days=1)
+    # dated before later − 1 day: vm-1 from the old clamp (T0 − 15 min) to T0 + 2 d, and the straggler
+    assert result.total("aged_out", "instance_hours") == Decimal("48.25") + 2
+    assert result.total("usage", "instance_hours") == Decimal("23.75")  # [T0 + 2 d, later − 15 min)
+    assert_ledger_matches_usage(store, registry, [vm_1, straggler])

@@ -39,7 +39,9 @@ def test_a_tampered_posting_is_a_ledger_mismatch(store, registry) -> None:
 def test_postings_without_a_checkpoint_are_orphans(store, registry) -> None:
     setup_ledger(store, registry)
     store.run(lambda uow: uow.execute("DELETE FROM usage_checkpoints WHERE project_id = 'p1' AND meter = 'instance_hours'"))
-    assert kinds(verify(store, registry)) == [("p1", "instance_hours", "orphan_postings")]
+    assert kinds(verify(store, registry)) == [("p1", "instance_hours", "orphan_postings"),
+                                              ("p1", "instance_hours", "never_posted")]
+    assert kinds(verify(store, registry, include_history=False)) == [("p1", "instance_hours", "orphan_postings")]
 
 
 def test_history_changed_after_the_cycle_is_reported_until_the_next_cycle(store, registry) -> None:

@@ -17,7 +17,8 @@ from tally_pipeline.sync import run_sync
 from tally_pipeline_tests.events import event
 
 ROOT = Path(__file__).resolve().parents[1]
-ALERTS = ("TallyCloudEventsSilent", "TallySyncErrors", "TallySyncStale", "TallyReconciliationDriftHigh")
+ALERTS = ("TallyCloudEventsSilent", "TallySyncErrors", "TallySyncStale", "TallyReconciliationDriftHigh",
+          "TallyLedgerEntitiesSkipped")
 SAMPLE = re.compile(r'^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{[^}]*\})? (-?[0-9.e+]+|NaN)$')
 
 
@@ -32,6 +33,12 @@ def scrape(store_url: str, tmp_path: Path) -> str:
     view.failures["volume"] = "error"
     run_sync(rt.store, rt.ingestor, "region-one", SimulatedAdapter(view, "region-one", resource_types=("volume", "instance")),
              settle_window=300, mass_delete_guard=0.5, now=datetime.now(UTC))
+    # a posting cycle in another process: one server's size the meters cannot read
+    from tally_pipeline.ledger.poster import post_usage
+    from tally_pipeline_tests.ledger_data import DAY, T0, Row, insert, vm
+
+    insert(rt.store, Row("p1", "vm-1", T0 - DAY, None, vm(vcpus="two")), Row("p1", "vm-2", T0 - DAY, None, vm()))
+    post_usage(rt.store, rt.registry, now=T0, ingest_lag=900, window_days=35)
     text = client.get("/metrics").text
     rt.close()
     return text
@@ -56,6 +63,10 @@ def test_metrics_are_valid_exposition_with_the_alert_inputs(store_url, tmp_path)
     assert ("tally_sync_last_success_timestamp_seconds", '{cloud="region-one"}') in samples
     assert samples[("tally_sync_configured", '{cloud="never-synced"}')] == 1
     assert ("tally_sync_last_success_timestamp_seconds", '{cloud="never-synced"}') not in samples
+    # the poster's exclusion, read from the store by the API process; every reason has a series
+    assert samples[("tally_ledger_skipped_total", '{reason="bad_size"}')] == 1
+    assert samples[("tally_ledger_skipped_total", '{reason="non_monotonic"}')] == 0
+    assert samples[("tally_ledger_last_cycle_skipped", '{reason="bad_size"}')] == 1
 
 
 def test_rules_file_parses_and_reads_only_exported_metrics(store_url, tmp_path) -> None:

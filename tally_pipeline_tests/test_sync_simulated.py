@@ -88,3 +88,19 @@ def test_accuracy_report_residual_error_within_bound(drive) -> None:
     assert report["events"]["duplicates"] > 0 and report["lost"]["creates"] > 0 and report["lost"]["deletes"] > 0
     assert report["corrections"]["created"] > 0 and report["corrections"]["deleted"] > 0
     assert report["syncs"] == 72 * 6
+
+
+@pytest.mark.slow
+def test_accuracy_report_shows_the_error_a_tenant_sees(drive) -> None:
+    report = accuracy.report(drive)
+    tenant = report["tenant"]
+    plain, fixed = tenant["abs_error"]["events_only"], tenant["abs_error"]["reconciled"]
+    # per tenant the errors add up instead of netting out across types and projects
+    assert plain >= report["total"]["events_only_error"] and plain > 0.01
+    assert fixed < plain / 5
+    worst = tenant["worst"]["events_only"]
+    assert worst["error"] > plain and {"cloud", "project_id", "meter", "truth", "measured"} <= set(worst)
+    # recomputed by hand for the worst entity: the ledger's meter rule over the truth's intervals
+    truth = accuracy.truth_by_entity(drive.sim, drive.sim.start, drive.sim.end)
+    key = (worst["cloud"], worst["project_id"], worst["meter"])
+    assert abs(truth.get(key, 0) / 1e6 - worst["truth"]) < 1e-6

@@ -131,4 +131,19 @@ def store_gauges(store: Any, clouds: list[str]) -> list[str]:
     family("tally_sync_last_skipped", "gauge", "Listed items the cloud's latest sync skipped as unreadable.")
     for run in runs:
         lines.append(f"tally_sync_last_skipped{_labels(cloud=run.cloud)} {run.skipped}")
+    lines.extend(_ledger_skips(store))
+    return lines
+
+
+def _ledger_skips(store: Any) -> list[str]:
+    """What the posting cycles skipped or excluded, by reason (a fixed set), as the poster recorded it."""
+    from tally_pipeline.store.ledger_records import skip_metrics
+
+    every_cycle, latest = skip_metrics(store)
+    lines = ["# HELP tally_ledger_skipped_total Entities skipped, or posted without intervals the meters cannot read, "
+             "by reason, over every posting cycle.", "# TYPE tally_ledger_skipped_total counter"]
+    lines += [f"tally_ledger_skipped_total{_labels(reason=r)} {n}" for r, n in sorted(every_cycle.items())]
+    lines += ["# HELP tally_ledger_last_cycle_skipped Entities the latest posting cycle skipped or posted with "
+              "exclusions, by reason.", "# TYPE tally_ledger_last_cycle_skipped gauge"]
+    lines += [f"tally_ledger_last_cycle_skipped{_labels(reason=r)} {n}" for r, n in sorted(latest.items())]
     return lines

@@ -54,7 +54,8 @@ def bench_projection(rt: Runtime, n_events: int, resources: int, late: int) -> N
 @click.option("--down-cell", is_flag=True, help="The first cloud's nova has a cell down: its servers vanish from listings.")
 def bench_accuracy(loss: float, duplicates: float, hours: float, seed: int, clouds: int, resources: int,
                    down_cell: bool) -> None:
-    """Ground truth vs events alone vs events + 10-minute syncs, in resource-hours per type."""
+    """Ground truth vs events alone vs events + 10-minute syncs: resource-hours per type, and per
+    (cloud, project, meter) as a tenant sees it (`tenant.abs_error`, `tenant.worst`)."""
     from tqdm import tqdm
 
     from tally_pipeline.bench import accuracy

@@ -3,14 +3,13 @@
 from __future__ import annotations
 
 import json
-from datetime import UTC, date, datetime
+from datetime import UTC, date, datetime, timedelta
 from typing import Any
 
 import click
 
 from tally_pipeline.cli import group_of, with_runtime
-from tally_pipeline.core.ledger import NonMonotonicCheckpoint
-from tally_pipeline.core.timeutil import TimestampError, parse_rfc3339
+from tally_pipeline.core.timeutil import TimestampError, format_rfc3339, parse_rfc3339
 from tally_pipeline.runtime import Runtime
 
 
@@ -40,13 +39,19 @@ class _Day(click.ParamType):
 
 INSTANT, DAY = _Instant(), _Day()
 
+#: How far ``post-usage --now`` may lie ahead of this machine's clock: clock skew between hosts,
+#: not a way to post usage that has not happened (the checkpoints would then be ahead of every
+#: later cycle's clamp, and those entities skipped as non_monotonic until the clock caught up).
+FUTURE_TOLERANCE = timedelta(minutes=5)
+
 
 def _echo(data: Any) -> None:
     click.echo(json.dumps(data, indent=2))
 
 
 @click.command("post-usage")
-@click.option("--now", type=INSTANT, help="The cycle's instant (default: the current time). Clamp = now − ingest_lag.")
+@click.option("--now", type=INSTANT, help="The cycle's instant (default: the current time). Clamp = now − ingest_lag. "
+              "At most 5 minutes in the future.")
 @click.option("--batch-size", type=click.IntRange(min=1), default=None, help="Entities per transaction.")
 @click.option("--workers", type=click.IntRange(min=1), default=None, help="Transactions at a time (default: 2 on Postgres, 1 on DuckDB).")
 @click.option("--list-entities", is_flag=True, help="Also list every posted entity.")
@@ -54,23 +59,31 @@ def _echo(data: Any) -> None:
 def post_usage_command(
     rt: Runtime, now: datetime | None, batch_size: int | None, workers: int | None, list_entities: bool
 ) -> None:
-    """Run one checkpoint-delta posting cycle; print its result. Exit 1 when an entity was skipped."""
+    """Run one checkpoint-delta posting cycle; print its result.
+
+    Exit 1 when an entity was skipped or posted without some of its intervals; exit 2 when --now
+    lies in the future.
+    """
     from tally_pipeline.ledger.poster import DEFAULT_BATCH_SIZE, post_usage
 
-    try:
-        result = post_usage(
-            rt.store,
-            rt.registry,
-            now=now or datetime.now(UTC),
-            ingest_lag=rt.config.ledger.ingest_lag,
-            window_days=rt.config.ledger.window_days,
-            batch_size=batch_size or DEFAULT_BATCH_SIZE,
-            workers=workers,
+    wall = datetime.now(UTC)
+    if now is not None and now > wall + FUTURE_TOLERANCE:
+        raise click.BadParameter(
+            f"{format_rfc3339(now)} is in the future (this machine's clock reads {format_rfc3339(wall)}; "
+            f"tolerance {int(FUTURE_TOLERANCE.total_seconds())} s): usage that has not happened cannot be posted",
+            param_hint="'--now'",
         )
-    except NonMonotonicCheckpoint as exc:
-        raise click.ClickException(str(exc)) from None
+    result = post_usage(
+        rt.store,
+        rt.registry,
+        now=now or wall,
+        ingest_lag=rt.config.ledger.ingest_lag,
+        window_days=rt.config.ledger.window_days,
+        batch_size=batch_size or DEFAULT_BATCH_SIZE,
+        workers=workers,
+    )
     _echo(result.to_dict(entities=list_entities))
-    if result.skipped:
+    if not result.clean:
         raise SystemExit(1)
 
 

@@ -1,4 +1,4 @@
-"""The four alert conditions (DESIGN.md §4.8), as pure functions of what the store says.
+"""The five alert conditions, as pure functions of what the store says.
 
 The Dagster sensors and asset checks evaluate these; the Prometheus rules in
 ``docs/alerts/prometheus-rules.yaml`` express the same conditions over ``/metrics``.
@@ -109,3 +109,32 @@ def drift_high(last_runs: Iterable[LastRun], s: AlertSettings) -> Condition:
         if high else f"drift within {s.drift_high:.0%} everywhere"
     )
     return Condition("TallyReconciliationDriftHigh", bool(high), tuple(sorted(high)), message, high)
+
+
+@dataclass(frozen=True)
+class LedgerSkip:
+    """An entity the latest posting cycle skipped, or posted without some intervals (``excluded`` > 0)."""
+
+    cloud: str
+    project_id: str
+    meter: str
+    reason: str
+    excluded: int = 0
+
+
+def ledger_entities_skipped(skips: Iterable[LedgerSkip]) -> Condition:
+    """TallyLedgerEntitiesSkipped: the latest posting cycle left usage unbilled (an entity skipped, or
+    intervals the meters cannot read excluded). Unbilled usage is never silent."""
+    skips = list(skips)
+    by_reason: dict[str, int] = {}
+    for s in skips:
+        by_reason[s.reason] = by_reason.get(s.reason, 0) + 1
+    clouds = tuple(sorted({s.cloud for s in skips}))
+    if not skips:
+        return Condition("TallyLedgerEntitiesSkipped", False, (), "the latest posting cycle billed every entity in full")
+    examples = ", ".join(f"{s.cloud}/{s.project_id}/{s.meter} ({s.reason})" for s in skips[:5])
+    message = ("latest posting cycle left usage unbilled: "
+               + ", ".join(f"{n} {reason}" for reason, n in sorted(by_reason.items()))
+               + f"; e.g. {examples}")
+    return Condition("TallyLedgerEntitiesSkipped", True, clouds, message, {"by_reason": by_reason,
+                                                                           "entities": len(skips)})

@@ -136,6 +136,19 @@ def split_boundary(checkpoint: Checkpoint, window: CycleWindow) -> datetime:
     return checkpoint.boundary if checkpoint.boundary is not None else window.boundary
 
 
+def aged_part(checkpoint: Checkpoint, totals: EntityTotals, window: CycleWindow) -> int:
+    """The part of this cycle's delta dated before this cycle's boundary.
+
+    A checkpoint posted at a clamp no later than this boundary (the poster was paused for longer
+    than the window) is dated wholly before it: everything posted is there, so the split is exact
+    at this cycle's own boundary, ``U(B) − total``. Otherwise the checkpoint knows how much of its
+    total was dated before its own boundary only, and the split compares there.
+    """
+    if checkpoint.clamp is not None and checkpoint.clamp <= window.boundary:
+        return totals.through_boundary - checkpoint.total
+    return totals.through_checkpoint_boundary - checkpoint.aged_before
+
+
 def needs_posting(checkpoint_clamp: datetime | None, window: CycleWindow, entity: EntityKey | None = None) -> bool:
     """False when a checkpoint at ``checkpoint_clamp`` is already at this cycle's clamp; raises
     ``NonMonotonicCheckpoint`` when it is past it."""
@@ -151,15 +164,15 @@ def plan_delta(
 ) -> Delta | None:
     """The delta one cycle posts for one entity, or None when its checkpoint is already at the clamp.
 
-    ``aged_out`` = usage now dated before the checkpoint's boundary − the part of the checkpoint
-    dated there; ``usage`` = the rest of ``totals.through_clamp − checkpoint.total``. Either may be
-    negative (history was corrected). The new checkpoint records this cycle's boundary and the
-    usage dated before it, so the next cycle can split its own delta the same way.
+    ``aged_out`` is the part of ``totals.through_clamp − checkpoint.total`` dated before this
+    cycle's boundary, as far as the checkpoint can tell (``aged_part``); ``usage`` is the rest.
+    Either may be negative (history was corrected). The new checkpoint records this cycle's
+    boundary and the usage dated before it, so the next cycle can split its own delta the same way.
     """
     if not needs_posting(checkpoint.clamp, window, entity):
         return None
     delta = totals.through_clamp - checkpoint.total
-    aged_out = totals.through_checkpoint_boundary - checkpoint.aged_before
+    aged_out = aged_part(checkpoint, totals, window)
     advanced = Checkpoint(
         total=totals.through_clamp,
         clamp=window.clamp,

@@ -5,6 +5,7 @@ integer **micro-units** (1e-6 of the meter's unit). The one rounding step is per
 usage of an interval through ``T`` is ``floor(value × µs / (3600 × divisor))`` where µs is the
 length of ``[start, min(end, T))`` in microseconds. Cumulative usage is the sum over intervals.
 The SQL in ``tally_pipeline.ledger.usage_sql`` computes the same integers; tests hold them equal.
+Accuracy against a ground truth is measured per (cloud, project, meter), as a tenant reads a bill.
 """
 
 from __future__ import annotations
@@ -97,3 +98,80 @@ def to_micro(amount: Decimal | int | str) -> int:
     if scaled != scaled.to_integral_value():
         raise ValueError(f"{amount} has more than six decimal places")
     return int(scaled)
+
+
+# -- accuracy as a tenant sees it -----------------------------------------------------------------
+
+#: An entity as a tenant reads its bill: (cloud, project_id, meter).
+Entity = tuple[str, str, str]
+
+
+def usage_by_entity(
+    meters: Iterable[Meter], intervals: Iterable[tuple[str, str, str, Interval]], start: datetime, end: datetime
+) -> dict[Entity, int]:
+    """Micro-units per (cloud, project, meter) dated in ``[start, end)``, from (cloud, project_id,
+    resource_type, interval) rows, with the ledger's per-interval rule (so days telescope)."""
+    by_type: dict[str, list[Meter]] = {}
+    for meter in meters:
+        by_type.setdefault(meter.resource_type, []).append(meter)
+    out: dict[Entity, int] = {}
+    for cloud, project_id, resource_type, interval in intervals:
+        for meter in by_type.get(resource_type, ()):
+            micro = interval_usage_micro(meter, interval, end) - interval_usage_micro(meter, interval, start)
+            key = (cloud, project_id, meter.name)
+            out[key] = out.get(key, 0) + micro
+    return out
+
+
+@dataclass(frozen=True, slots=True)
+class EntityError:
+    """One tenant's line: what was measured against the truth, in micro-units of the meter's unit."""
+
+    cloud: str
+    project_id: str
+    meter: str
+    truth: int
+    measured: int
+
+    @property
+    def relative(self) -> float:
+        """|measured − truth| / truth; 1.0 for usage billed where there was none."""
+        if self.truth == 0:
+            return 0.0 if self.measured == 0 else 1.0
+        return abs(self.measured - self.truth) / self.truth
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"cloud": self.cloud, "project_id": self.project_id, "meter": self.meter,
+                "truth": float(to_units(self.truth)), "measured": float(to_units(self.measured)),
+                "error": round(self.relative, 6)}
+
+
+@dataclass(frozen=True, slots=True)
+class TenantError:
+    """Accuracy per (cloud, project, meter): errors of different tenants never cancel out.
+
+    ``abs_error`` = Σ |measured − truth| / Σ truth over every entity in either; ``worst`` is the
+    entity with the largest relative error (ties: the larger absolute difference, then key order).
+    """
+
+    abs_error: float
+    worst: EntityError | None
+    entities: int
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"abs_error": round(self.abs_error, 6), "worst": self.worst.to_dict() if self.worst else None,
+                "entities": self.entities}
+
+
+def tenant_error(truth: Mapping[Entity, int], measured: Mapping[Entity, int]) -> TenantError:
+    lines = [EntityError(*key, truth.get(key, 0), measured.get(key, 0)) for key in sorted(set(truth) | set(measured))]
+    total_truth = sum(line.truth for line in lines)
+    total_diff = sum(abs(line.measured - line.truth) for line in lines)
+    if total_truth:
+        abs_error = total_diff / total_truth
+    else:
+        abs_error = 0.0 if total_diff == 0 else 1.0
+    worst = max(lines, key=lambda e: (e.relative, abs(e.measured - e.truth)), default=None)
+    if worst is not None and worst.relative == 0:
+        worst = None  # nothing is off: no worst tenant to name
+    return TenantError(abs_error, worst, len(lines))

@@ -1,4 +1,4 @@
-"""The four alerts as Dagster sensors and asset checks, over the conditions in core/alerts.py.
+"""The five alerts as Dagster sensors and asset checks, over the conditions in core/alerts.py.
 
 Each sensor evaluates its condition, logs it, and reports the result as an asset check evaluation
 whenever it changes, so the UI shows it on the asset; the checks can also be run by hand.
@@ -20,6 +20,7 @@ ALERTS = {
     "sync_stale": ("sync_runs", "sync_stale", "docs/runbooks/TallySyncStale.md"),
     "sync_errors": ("sync_runs", "sync_errors", "docs/runbooks/TallySyncErrors.md"),
     "drift_high": ("sync_runs", "drift_high", "docs/runbooks/TallyReconciliationDriftHigh.md"),
+    "ledger_entities_skipped": ("ledger_postings", "ledger_entities_skipped", "docs/runbooks/TallyLedgerEntitiesSkipped.md"),
 }
 
 

@@ -14,29 +14,32 @@ from tally_pipeline.defs.tags import NOW, POOL
     kinds={"postgres", "duckdb"},
     deps=["resource_intervals"],
     check_specs=[dg.AssetCheckSpec("ledger_balanced", asset="ledger_audit", blocking=True,
-                                   description="`tally ledger verify` holds: every entity's postings sum to its checkpoint.")],
+                                   description="Every entity's postings sum to its checkpoint (else ERROR: blocks posting), and "
+                                               "the latest cycle skipped or excluded nothing (else WARN).")],
     description="Verifies the ledger before a posting cycle; its blocking check stops the cycle if postings do not add up.",
 )
 def ledger_audit(context: dg.AssetExecutionContext, ledger: Ledger):
     result = ledger.verify()
-    broken = [d for d in result.discrepancies if d.kind in ("orphan_postings", "ledger_mismatch")]
-    pending = [d for d in result.discrepancies if d.kind == "history_changed"]
-    for d in broken[:20]:
+    audit = result.audit()  # the verdict's rules live in ledger/verify.py
+    for d in audit.failing[:20]:
         context.log.error(f"ledger discrepancy {d.kind}: {d.cloud}/{d.project_id}/{d.meter}: {d.detail}")
     yield dg.MaterializeResult(metadata={
         "entities": result.entities,
-        "discrepancies": len(broken),
-        "history_changed_since_last_cycle": len(pending),
+        "discrepancies": len(audit.broken),
+        "unbilled": len(audit.unbilled),
+        "pending_next_cycle": len(audit.pending),
     })
     yield dg.AssetCheckResult(
         check_name="ledger_balanced",
-        passed=not broken,
-        severity=dg.AssetCheckSeverity.ERROR,
+        passed=audit.passed,
+        # only a broken ledger stops the cycle; unbilled entities must not stop every other one
+        severity=dg.AssetCheckSeverity.ERROR if audit.blocking else dg.AssetCheckSeverity.WARN,
         metadata={
             "entities": result.entities,
-            "discrepancies": len(broken),
+            "discrepancies": len(audit.broken),
+            "unbilled": len(audit.unbilled),
             "examples": md_table(["kind", "cloud", "project", "meter", "detail"],
-                                  [[d.kind, d.cloud, d.project_id, d.meter, d.detail[:80]] for d in broken[:10]]),
+                                  [[d.kind, d.cloud, d.project_id, d.meter, d.detail[:80]] for d in audit.failing[:10]]),
         },
     )
 
@@ -63,7 +66,7 @@ def delta_posting_cycle(context: dg.AssetExecutionContext, ledger: Ledger, clock
     projection.refresh(ledger.runtime.store)
     result = ledger.post(now)
     summary = result.to_dict()
-    for skipped in result.skipped[:20]:
+    for skipped in (result.skipped + result.excluded)[:20]:
         context.log.warning(f"skipped {skipped.cloud}/{skipped.project_id}/{skipped.meter}: {skipped.reason}")
     rows = [[account, meter, amount] for account, by_meter in summary["totals"].items() for meter, amount in by_meter.items()]
     yield dg.MaterializeResult(asset_key="ledger_postings", metadata={
@@ -73,6 +76,7 @@ def delta_posting_cycle(context: dg.AssetExecutionContext, ledger: Ledger, clock
         "postings": result.postings,
         "entities_posted": len(result.posted),
         "entities_skipped": len(result.skipped),
+        "entities_with_excluded_intervals": len(result.excluded),
         "totals_by_account": md_table(["account", "meter", "amount"], rows),
     })
     yield dg.MaterializeResult(asset_key="usage_checkpoints", metadata={

@@ -2,18 +2,23 @@
 
 A cycle (``post_usage``):
 
-1. refuses a clamp earlier than any checkpoint's (``NonMonotonicCheckpoint``);
+1. skips, and reports as ``non_monotonic``, every entity whose checkpoint is past the clamp (the
+   others post);
 2. opens a checkpoint row for every entity that has usage but none yet (its own short
    transaction, ``ON CONFLICT DO NOTHING`` in key order, so racing posters never deadlock);
 3. walks the entities in key order, in batches (``workers`` at a time on Postgres); each batch
    is one transaction of four statements whatever its size: lock the batch's checkpoints
    (``FOR UPDATE`` in key order on Postgres), sum the batch's usage, insert the postings, advance
-   the checkpoints. The split of each delta is ``core.ledger.plan_delta``.
+   the checkpoints. The split of each delta is ``core.ledger.plan_delta``;
+4. records the cycle and everything it skipped or excluded (``store.ledger_records``), which the
+   audit, ``/metrics`` and the ``TallyLedgerEntitiesSkipped`` alert read.
 
-Entity problems that are data (a size field that is not a number, a checkpoint past the clamp)
-skip that entity and are reported. Any other error in a batch is isolated by bisecting the batch
-until the failing entity is alone; it is reported and skipped. Deadlocks, serialization failures
-and lost connections are never swallowed: the store retries the whole batch or raises.
+An interval the meters cannot read (a size field that is not a number) is excluded: the rest of
+its entity is posted and the exclusion reported (``bad_size``). Entity problems that are data (a
+checkpoint past the clamp, a meter no longer registered) skip that entity and are reported. Any
+other error in a batch is isolated by bisecting the batch until the failing entity is alone; it is
+reported and skipped. Deadlocks, serialization failures and lost connections are never swallowed:
+the store retries the whole batch or raises.
 """
 
 from __future__ import annotations
@@ -44,6 +49,7 @@ from tally_pipeline.core.registry import Meter, SizeSchemaRegistry
 from tally_pipeline.core.timeutil import format_rfc3339
 from tally_pipeline.core.usage import epoch_us, to_units
 from tally_pipeline.ledger.usage_sql import EVALUATE_ONCE, Fragment, UsageSQL, compose, p
+from tally_pipeline.store import ledger_records
 from tally_pipeline.store.base import Store, StoreError, UnitOfWork
 
 DEFAULT_BATCH_SIZE = 5000
@@ -69,14 +75,32 @@ StageHook = Callable[[str, dict[str, Any]], None]
 
 @dataclass(frozen=True, slots=True)
 class SkippedEntity:
+    """An entity the cycle did not post, or posted without some intervals (``excluded`` > 0).
+
+    ``reason`` is ``"<code>: <detail>"``; the code (one of ``ledger_records.REASONS``) is what
+    ``/metrics`` counts by.
+    """
+
     cloud: str
     project_id: str
     meter: str
     reason: str
+    excluded: int = 0  # intervals left out of a posted entity; 0 for an entity not posted
 
     @classmethod
-    def of(cls, key: EntityKey, reason: str) -> SkippedEntity:
-        return cls(key.cloud, key.project_id, key.meter, reason)
+    def of(cls, key: EntityKey, reason: str, excluded: int = 0) -> SkippedEntity:
+        return cls(key.cloud, key.project_id, key.meter, reason, excluded)
+
+    @property
+    def code(self) -> str:
+        return self.reason.split(":", 1)[0]
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"cloud": self.cloud, "project_id": self.project_id, "meter": self.meter,
+                               "reason": self.reason}
+        if self.excluded:
+            out["excluded_intervals"] = self.excluded
+        return out
 
 
 @dataclass
@@ -92,8 +116,14 @@ class CycleResult:
     unchanged: int = 0  # advanced with a zero delta
     already_posted: int = 0  # checkpoint already at this clamp (a re-run)
     skipped: list[SkippedEntity] = field(default_factory=list)
+    excluded: list[SkippedEntity] = field(default_factory=list)  # posted, some intervals left out
     postings: int = 0
     totals: dict[str, dict[str, int]] = field(default_factory=lambda: {a: {} for a in ACCOUNTS})
+
+    @property
+    def clean(self) -> bool:
+        """Nothing skipped and nothing excluded: every entity was posted in full."""
+        return not self.skipped and not self.excluded
 
     def total(self, account: str, meter: str | None = None) -> Decimal:
         by_meter = self.totals.get(account, {})
@@ -105,6 +135,7 @@ class CycleResult:
         self.unchanged += other.unchanged
         self.already_posted += other.already_posted
         self.skipped += other.skipped
+        self.excluded += other.excluded
         self.postings += other.postings
         for account, by_meter in other.totals.items():
             mine = self.totals.setdefault(account, {})
@@ -122,10 +153,8 @@ class CycleResult:
             "posted": len(self.posted),
             "unchanged": self.unchanged,
             "already_posted": self.already_posted,
-            "skipped": [
-                {"cloud": s.cloud, "project_id": s.project_id, "meter": s.meter, "reason": s.reason}
-                for s in self.skipped
-            ],
+            "skipped": [s.to_dict() for s in self.skipped],
+            "excluded": [s.to_dict() for s in self.excluded],
             "postings": self.postings,
             "totals": {
                 account: {meter: str(to_units(micro)) for meter, micro in sorted(by_meter.items())}
@@ -145,6 +174,7 @@ class BatchOutcome:
     unchanged: int = 0
     already_posted: int = 0
     skipped: list[SkippedEntity] = field(default_factory=list)
+    excluded: list[SkippedEntity] = field(default_factory=list)
     postings: int = 0
     totals: dict[str, dict[str, int]] = field(default_factory=dict)
 
@@ -180,8 +210,8 @@ def post_usage(
 ) -> CycleResult:
     """Run one posting cycle at ``now``; ``entities`` limits it to those keys.
 
-    Raises ``NonMonotonicCheckpoint`` (nothing posted) when the clamp is earlier than a checkpoint.
-    Entities are visited in key order, ``batch_size`` per transaction, ``workers`` transactions at
+    An entity whose checkpoint is past this cycle's clamp is skipped (``non_monotonic``); the
+    others post. The cycle and what it skipped or excluded are recorded. Entities are visited in key order, ``batch_size`` per transaction, ``workers`` transactions at
     a time (default: 2 on Postgres, whose server runs each connection on its own core; 1 on
     DuckDB, which admits one writer).
     """
@@ -209,7 +239,7 @@ def post_usage(
                 result.already_posted += 1
                 continue
         except NonMonotonicCheckpoint as exc:
-            result.skipped.append(SkippedEntity.of(key, f"non_monotonic_checkpoint: {exc}"))
+            result.skipped.append(SkippedEntity.of(key, f"non_monotonic: {exc}"))
             continue
         todo.append(key)
 
@@ -218,7 +248,21 @@ def post_usage(
         workers = DEFAULT_WORKERS if store.dialect == "postgres" else 1
     for outcome in _post_batches(store, cycle, batches, workers):
         result.merge(outcome)
+    _record(store, result)
     return result
+
+
+def _record(store: Store, result: CycleResult) -> None:
+    """Keep the cycle and its skips and exclusions where other processes (the API, the audit) read them."""
+    rows = [
+        ledger_records.SkipRow(s.cloud, s.project_id, s.meter, s.code, s.reason, s.excluded)
+        for s in (*result.skipped, *result.excluded)
+    ]
+    cycle = ledger_records.CycleRow(
+        result.cycle_id, result.now, result.clamp, result.entities, len(result.posted), len(result.skipped),
+        len(result.excluded),
+    )
+    store.run(lambda uow: ledger_records.record_cycle(uow, cycle, rows))
 
 
 def _post_batches(store: Store, cycle: _Cycle, batches: list[list[EntityKey]], workers: int) -> list[BatchOutcome]:
@@ -264,15 +308,9 @@ _LISTING = "SELECT cloud, project_id, meter, clamp FROM usage_checkpoints ORDER 
 
 
 def _entities(store: Store, cycle: _Cycle) -> list[tuple[str, str, str, datetime | None]]:
-    """Every entity with its checkpoint's clamp, in key order; new entities get a checkpoint first.
-
-    Raises NonMonotonicCheckpoint before anything is written when a checkpoint is past the clamp.
-    """
+    """Every entity with its checkpoint's clamp, in key order; new entities get a checkpoint first."""
     window = cycle.window
     listing = store.query(_LISTING)
-    latest = max((row[3] for row in listing if row[3] is not None), default=None)
-    if latest is not None and latest > window.clamp:
-        raise NonMonotonicCheckpoint(window.clamp, latest)
     by_type: dict[str, list[str]] = {}
     for meter in cycle.by_name.values():
         by_type.setdefault(meter.resource_type, []).append(meter.name)
@@ -349,7 +387,7 @@ def post_batch(uow: UnitOfWork, cycle: _Cycle, keys: Sequence[EntityKey], number
                 else:
                     outcome.already_posted += 1
             except NonMonotonicCheckpoint as exc:
-                outcome.skipped.append(SkippedEntity.of(key, f"non_monotonic_checkpoint: {exc}"))
+                outcome.skipped.append(SkippedEntity.of(key, f"non_monotonic: {exc}"))
 
         totals, bad = _totals(uow, cycle, keys) if pending else ({}, {})
 
@@ -357,9 +395,9 @@ def post_batch(uow: UnitOfWork, cycle: _Cycle, keys: Sequence[EntityKey], number
         advanced: list[tuple[EntityKey, Checkpoint]] = []
         zero = EntityTotals(0, 0, 0)
         for key, checkpoint in pending:
-            if key in bad:
-                outcome.skipped.append(SkippedEntity.of(key, f"bad_size: {bad[key]}"))
-                continue
+            if key in bad:  # posted without the unreadable intervals, and reported
+                n_bad, example = bad[key]
+                outcome.excluded.append(SkippedEntity.of(key, f"bad_size: {example}", n_bad))
             delta = plan_delta(checkpoint, totals.get(key, zero), window, key)
             if delta is None:  # not reached: needs_posting held under the lock
                 outcome.already_posted += 1
@@ -427,12 +465,14 @@ def _lock(uow: UnitOfWork, sql: UsageSQL, keys: Sequence[EntityKey]) -> dict[tup
 
 def _totals(
     uow: UnitOfWork, cycle: _Cycle, keys: Sequence[EntityKey]
-) -> tuple[dict[tuple[str, str, str], EntityTotals], dict[tuple[str, str, str], str]]:
+) -> tuple[dict[tuple[str, str, str], EntityTotals], dict[tuple[str, str, str], tuple[int, str]]]:
     """Per entity in the batch's range: usage through the clamp, its split boundary, the new boundary.
 
     The split boundary is ``core.ledger.split_boundary`` in SQL: the checkpoint's aged_boundary,
     or this cycle's for a checkpoint never posted. Entities with no interval begun before the
-    clamp get no row (their totals are zero); entities with an unusable size are returned apart.
+    clamp get no row (their totals are zero). An interval with an unusable size adds nothing (its
+    value is NULL, which ``sum`` leaves out); its entity is also returned apart, with the number of
+    such intervals and one of them named.
     """
     sql, window = cycle.sql, cycle.window
     boundary_us = epoch_us(window.boundary)
@@ -471,15 +511,15 @@ def _totals(
         ") x GROUP BY x.cloud, x.project_id, x.meter",
     )
     totals: dict[tuple[str, str, str], EntityTotals] = {}
-    bad: dict[tuple[str, str, str], str] = {}
+    bad: dict[tuple[str, str, str], tuple[int, str]] = {}
     for cloud, project_id, meter, at_clamp, at_split, at_boundary, n_bad, example in uow.fetchall(
         statement.sql, statement.params
     ):
         key = (cloud, project_id, meter)  # finds, and is found by, an equal EntityKey
         if n_bad:
-            bad[key] = str(example)
-        else:
-            totals[key] = EntityTotals(int(at_clamp), int(at_split), int(at_boundary))
+            bad[key] = (int(n_bad), str(example))
+        # every interval unusable: the sums are NULL, the entity's usage is zero
+        totals[key] = EntityTotals(int(at_clamp or 0), int(at_split or 0), int(at_boundary or 0))
     return totals, bad
 
 

@@ -3,7 +3,9 @@
 One statement (one snapshot, so a poster running meanwhile cannot make it see half a batch)
 recomputes each checkpointed entity's cumulative usage through the checkpoint's clamp from
 ``resource_intervals`` and sums its postings over both accounts. Only disagreeing entities come
-back to Python. Cheap enough to run after every posting cycle (the Dagster asset check).
+back to Python. In the same snapshot it lists the entities with usage that no cycle has posted,
+and what the latest cycle skipped or excluded. Cheap enough to run after every posting cycle (the
+Dagster asset check; ``Verification.audit`` is that check's verdict).
 """
 
 from __future__ import annotations
@@ -17,12 +19,21 @@ from tally_pipeline.core.registry import SizeSchemaRegistry
 from tally_pipeline.core.timeutil import format_rfc3339
 from tally_pipeline.core.usage import to_micro, to_units
 from tally_pipeline.ledger.usage_sql import EVALUATE_ONCE, UsageSQL, compose
+from tally_pipeline.store import ledger_records
 from tally_pipeline.store.base import Store, UnitOfWork
 
-Kind = Literal["orphan_postings", "ledger_mismatch", "unknown_meter", "unreadable_usage", "history_changed"]
+Kind = Literal[
+    "orphan_postings", "ledger_mismatch", "unknown_meter", "unreadable_usage", "skipped", "history_changed",
+    "never_posted",
+]
 
 #: Kinds that mean the ledger itself is inconsistent, whatever happened to history since.
 LEDGER_KINDS: frozenset[str] = frozenset({"orphan_postings", "ledger_mismatch"})
+#: Kinds the next cycle settles by itself: history changed after a cycle, or usage arrived for an
+#: entity after the latest cycle (or before the first). The audit shows them and passes.
+PENDING_KINDS: frozenset[str] = frozenset({"history_changed", "never_posted"})
+# Every other kind (unknown_meter, unreadable_usage, skipped) is usage the ledger leaves unbilled
+# until someone corrects the history or the registry: the audit fails on it.
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,6 +64,26 @@ class Discrepancy:
         }
 
 
+@dataclass(frozen=True)
+class Audit:
+    """The ``ledger_balanced`` check's verdict.
+
+    ``blocking``: the ledger's own sums are broken, so posting onto it must stop (Dagster severity
+    ERROR). Unbilled usage (skips, exclusions) fails the audit too, but does not stop the cycle:
+    stopping it would leave every other entity unbilled as well (severity WARN).
+    """
+
+    passed: bool
+    blocking: bool
+    broken: list[Discrepancy]
+    unbilled: list[Discrepancy]
+    pending: list[Discrepancy]
+
+    @property
+    def failing(self) -> list[Discrepancy]:
+        return self.broken + self.unbilled
+
+
 @dataclass
 class Verification:
     entities: int  # checkpoints that have been posted at least once
@@ -61,6 +92,12 @@ class Verification:
     @property
     def ok(self) -> bool:
         return not self.discrepancies
+
+    def audit(self) -> Audit:
+        broken = [d for d in self.discrepancies if d.kind in LEDGER_KINDS]
+        pending = [d for d in self.discrepancies if d.kind in PENDING_KINDS]
+        unbilled = [d for d in self.discrepancies if d.kind not in LEDGER_KINDS | PENDING_KINDS]
+        return Audit(not broken and not unbilled, bool(broken), broken, unbilled, pending)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -74,7 +111,8 @@ def verify(store: Store, registry: SizeSchemaRegistry | None = None, *, include_
     """Compare every entity's postings with its usage recomputed through its checkpoint's clamp.
 
     ``include_history=False`` reports only inconsistencies of the ledger itself (postings that do
-    not sum to their checkpoint, postings without one), not history that changed after a cycle.
+    not sum to their checkpoint, postings without one), not history that changed after a cycle,
+    usage never posted, or what the latest cycle skipped.
     """
     if registry is None:
         from tally_pipeline.schemas import default_registry
@@ -150,4 +188,28 @@ def _verify(uow: UnitOfWork, store: Store, registry: SizeSchemaRegistry, include
                 detail,
             )
         )
+    if include_history:
+        found += _unposted(uow, sql, meters)
+        found.sort(key=lambda d: (d.cloud, d.project_id, d.meter))
     return Verification(int(checked), found)
+
+
+def _unposted(uow: UnitOfWork, sql: UsageSQL, meters: list[Any]) -> list[Discrepancy]:
+    """Entities with usage no cycle posted, and what the latest cycle skipped or excluded."""
+    latest = ledger_records.latest_cycle(uow)
+    # usage dated before the latest cycle's clamp should have been posted by it; before the first
+    # cycle, every entity with usage is unposted
+    relation = sql.meters(meters)
+    out = [
+        Discrepancy(cloud, project_id, meter, "never_posted", None, Decimal(0), None, None,
+                    "usage but no posting: " + ("no cycle has run yet" if latest is None else
+                                                f"not posted by the latest cycle (clamp {format_rfc3339(latest[1])})"))
+        for cloud, project_id, meter in ledger_records.never_posted(
+            uow, relation.sql, relation.params, None if latest is None else latest[1])
+    ]
+    for skip in ledger_records.latest_skips(uow):
+        what = (f"posted without {skip.excluded_intervals} interval(s) the meters cannot read"
+                if skip.excluded_intervals else "not posted by the latest cycle")
+        out.append(Discrepancy(skip.cloud, skip.project_id, skip.meter, "skipped", None, Decimal(0), None, None,
+                               f"{what}: {skip.detail}"))
+    return out

@@ -93,7 +93,7 @@ def test_a_thousand_junk_clouds_add_one_metrics_label(client: TestClient) -> Non
     added = _label_sets(page) - before
     assert added == {'tally_events_total{cloud="other",outcome="rejected"}'}
     assert "junk-" not in page and "bad cloud" not in page
-    assert 'tally_events_total{cloud="other",outcome="rejected"} 1000' in page
+    assert 'tally_events_total{cloud="other",outcome="rejected"} 1000.0' in page
 
 
 def test_configured_clouds_and_the_clouds_a_token_names_keep_their_labels(client: TestClient) -> None:

@@ -93,7 +93,7 @@ def test_a_deletion_date_inside_the_settle_window_is_deferred(store, ingestor) -
 
 
 def test_unconfirmed_deletes_turn_sync_errors_red_and_show_in_metrics(store, ingestor) -> None:
-    from tally_pipeline.api.metrics import store_gauges
+    from tally_pipeline.api.metrics import exposition, store_families
     from tally_pipeline.sim.platform import in_down_cell
 
     hidden = next(f"i{n}" for n in range(200) if in_down_cell(f"i{n}"))  # a server the down cell holds
@@ -107,6 +107,6 @@ def test_unconfirmed_deletes_turn_sync_errors_red_and_show_in_metrics(store, ing
     assert (run.status, run.deleted, run.unconfirmed) == ("succeeded", 0, 1)
     condition = alerts.evaluate(store, [CLOUD], NOW, AlertSettings())["sync_errors"]
     assert condition.firing and "1 deletes unconfirmed" in condition.message
-    lines = store_gauges(store, [CLOUD])
-    assert f'tally_sync_last_unconfirmed{{cloud="{CLOUD}"}} 1' in lines
-    assert f'tally_sync_last_skipped{{cloud="{CLOUD}"}} 0' in lines
+    lines = exposition(store_families(store, [CLOUD])).splitlines()
+    assert f'tally_sync_last_unconfirmed{{cloud="{CLOUD}"}} 1.0' in lines
+    assert f'tally_sync_last_skipped{{cloud="{CLOUD}"}} 0.0' in lines

@@ -27,7 +27,7 @@ from starlette.routing import Route
 
 from tally_pipeline.api.auth import ANONYMOUS_LOCAL, Principal, TokenBook
 from tally_pipeline.api.bodies import BadBody, BodyTooLarge, events_of, parse_json, raw_text, read_limited
-from tally_pipeline.api.metrics import ApiMetrics, store_gauges
+from tally_pipeline.api.metrics import CONTENT_TYPE, ApiMetrics, store_families
 from tally_pipeline.core.timeutil import TimestampError, format_rfc3339, parse_rfc3339
 from tally_pipeline.ingest import MAX_BATCH, BatchOutcome, Ingestor, raw_json
 from tally_pipeline.redaction import MASK, mask_credentials, redact
@@ -124,7 +124,7 @@ def guarded(handler: Callable[[ApiContext, Request], Awaitable[Response]], ctx: 
         except (StoreUnavailable, StoreBusy) as exc:
             detail = redact(str(exc))
             log.warning("store unavailable: %s", detail)
-            ctx.metrics.store_errors += 1
+            ctx.metrics.count_store_error()
             return error(503, "store_unavailable", detail)
 
     return endpoint
@@ -307,15 +307,14 @@ METRICS_STORE_DEADLINE = 3.0
 
 async def metrics(ctx: ApiContext, request: Request) -> Response:
     clouds = sorted(ctx.runtime.config.clouds) if ctx.runtime is not None else []
-    gauges: list[str] | None = None
+    gauges: list[Any] | None = None
     try:
         with anyio.fail_after(METRICS_STORE_DEADLINE):
             # abandoned on timeout: the thread finishes its wait for the pool on its own
-            gauges = await anyio.to_thread.run_sync(store_gauges, ctx.store, clouds, abandon_on_cancel=True)
+            gauges = await anyio.to_thread.run_sync(store_families, ctx.store, clouds, abandon_on_cancel=True)
     except (StoreUnavailable, StoreBusy, TimeoutError) as exc:
         log.warning("/metrics without the store's gauges: %s", redact(str(exc)) or "no answer in time")
-    text = ctx.metrics.render(gauges)
-    return Response(text, media_type="text/plain; version=0.0.4; charset=utf-8")
+    return Response(ctx.metrics.render(gauges), headers={"content-type": CONTENT_TYPE})
 
 
 async def _routing_error(request: Request, exc: Exception) -> Response:

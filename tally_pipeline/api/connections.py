@@ -21,13 +21,12 @@ on the class once per process (``configure``) by ``tally serve`` and by each of 
 from __future__ import annotations
 
 import logging
-import threading
-from collections import Counter
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
 import httptools
 import orjson
+from prometheus_client import Counter
 from uvicorn.protocols.http.httptools_impl import STATUS_LINE, HttpToolsProtocol
 
 log = logging.getLogger("tally.api.connections")
@@ -47,19 +46,13 @@ class _Refused(Exception):
         self.status, self.code, self.limit = status, code, limit
 
 
-_closed_lock = threading.Lock()
-_closed: Counter[str] = Counter()
-
-
-def closed_connections() -> dict[str, int]:
-    """Connections this process closed for a limit, by reason (for ``/metrics``)."""
-    with _closed_lock:
-        return dict(_closed)
+#: Connections this server closed for a limit, by reason (on ``/metrics`` through the app's registry).
+CONNECTIONS_CLOSED = Counter("tally_connections_closed", "Connections this server closed for a limit: header or "
+                             "body deadline, oversized headers or request line.", ["reason"], registry=None)
 
 
 def _count(reason: str) -> None:
-    with _closed_lock:
-        _closed[reason] += 1
+    CONNECTIONS_CLOSED.labels(reason=reason).inc()
 
 
 class BoundedHttpProtocol(HttpToolsProtocol):

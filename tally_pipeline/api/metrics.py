@@ -1,149 +1,172 @@
-"""Prometheus text exposition for ``/metrics``: counters this process saw, gauges read from the store."""
+"""``/metrics`` with prometheus_client: counters this server saw, gauges read from the store.
+
+The counters are prometheus_client ``Counter``s. With several worker processes (``tally serve
+--workers N``) they run in prometheus_client's multiprocess mode: ``PROMETHEUS_MULTIPROC_DIR`` names a
+folder every worker writes its values to, and every scrape, whichever worker answers it, adds them up
+for the whole server. The gauges read from the shared store are the same from every process; they are
+built as metric families per scrape, and left out when the store does not answer in time.
+"""
 
 from __future__ import annotations
 
-import threading
-from collections import Counter
-from collections.abc import Container
+import os
+from collections.abc import Container, Iterable, Iterator
 from typing import Any
 
-from tally_pipeline.api.connections import closed_connections
+import prometheus_client
+from prometheus_client import CollectorRegistry, Counter, generate_latest, multiprocess
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
+
+from tally_pipeline.api.connections import CONNECTIONS_CLOSED
 from tally_pipeline.ingest import BatchOutcome
 
+#: The text format Prometheus scrapes.
+CONTENT_TYPE = prometheus_client.CONTENT_TYPE_LATEST
+MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
 
-def _labels(**labels: str) -> str:
-    if not labels:
-        return ""
-    inner = ",".join(f'{k}="{_escape(v)}"' for k, v in sorted(labels.items()))
-    return "{" + inner + "}"
-
-
-def _escape(value: str) -> str:
-    return value.replace("\\", "\\\\").replace("\n", "\\n").replace('"', '\\"')
-
+# Each counter would also get a ``_created`` series per label set; nothing here reads them.
+prometheus_client.disable_created_metrics()
 
 #: The ``cloud`` label of every item whose cloud is neither configured nor named by the caller's token.
 OTHER_CLOUD = "other"
 
 
+def multiprocess_mode() -> bool:
+    return bool(os.environ.get(MULTIPROC_ENV))
+
+
+class _Families:
+    """A collector that yields metric families built beforehand (the store's, read with a deadline)."""
+
+    def __init__(self, families: Iterable[Metric]):
+        self._families = list(families)
+
+    def collect(self) -> Iterator[Metric]:
+        yield from self._families
+
+
 class ApiMetrics:
-    """Counters for this API process. Thread-safe: handlers run in a thread pool."""
+    """This server's counters. prometheus_client's counters are thread-safe (handlers run in a pool)."""
 
     def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self.events = Counter[tuple[str, str]]()  # (cloud, outcome) -> n
-        self.requests_rejected = Counter[str]()  # reason -> n
-        self.store_errors = 0
+        # A registry per app: tests build many apps in one process, each with its own counts.
+        self.registry = CollectorRegistry(auto_describe=True)
+        self.events = Counter("tally_events", "Events received by this API server, by cloud and outcome.",
+                              ["cloud", "outcome"], registry=self.registry)
+        self.requests_rejected = Counter("tally_requests_rejected", "Requests refused as a whole, by reason.",
+                                         ["reason"], registry=self.registry)
+        self.store_errors = Counter("tally_store_errors", "Requests answered 503 because the store was unavailable.",
+                                    registry=self.registry)
+        self.registry.register(CONNECTIONS_CLOSED)
 
     def count_outcome(self, outcome: BatchOutcome, labelled: Container[str] = frozenset()) -> None:
         """Count each item under its cloud when that cloud is in ``labelled`` (the configured clouds and
         those the caller's token names), else under ``other``: the ``cloud`` of a rejected item is
         whatever the caller wrote, and one label per junk value would grow the page and this process's
         memory without bound."""
-        with self._lock:
-            for result in outcome.results:
-                cloud = result.cloud if result.cloud and result.cloud in labelled else OTHER_CLOUD
-                self.events[(cloud, result.status)] += 1
+        tally: dict[tuple[str, str], int] = {}
+        for result in outcome.results:
+            cloud = result.cloud if result.cloud and result.cloud in labelled else OTHER_CLOUD
+            tally[(cloud, result.status)] = tally.get((cloud, result.status), 0) + 1
+        for (cloud, status), n in tally.items():
+            self.events.labels(cloud=cloud, outcome=status).inc(n)
 
     def count_request_rejected(self, reason: str) -> None:
-        with self._lock:
-            self.requests_rejected[reason] += 1
+        self.requests_rejected.labels(reason=reason).inc()
 
-    def render(self, store_gauges: list[str] | None) -> str:
-        """The page: this process's counters, then ``store_gauges`` (``None``: the store did not answer,
+    def count_store_error(self) -> None:
+        self.store_errors.inc()
+
+    def render(self, store_families: list[Metric] | None) -> bytes:
+        """The page: the server's counters, then ``store_families`` (``None``: the store did not answer,
         so they are left out and ``tally_store_up`` is 0; the counters are what an outage needs)."""
-        lines: list[str] = []
-
-        def family(name: str, kind: str, help_text: str) -> None:
-            lines.append(f"# HELP {name} {help_text}")
-            lines.append(f"# TYPE {name} {kind}")
-
-        with self._lock:
-            events = dict(self.events)
-            rejected = dict(self.requests_rejected)
-            store_errors = self.store_errors
-        family("tally_events_total", "counter", "Events received by this API process, by cloud and outcome.")
-        for (cloud, outcome), n in sorted(events.items()):
-            lines.append(f"tally_events_total{_labels(cloud=cloud, outcome=outcome)} {n}")
-        family("tally_requests_rejected_total", "counter", "Requests refused as a whole, by reason.")
-        for reason, n in sorted(rejected.items()):
-            lines.append(f"tally_requests_rejected_total{_labels(reason=reason)} {n}")
-        family("tally_store_errors_total", "counter", "Requests answered 503 because the store was unavailable.")
-        lines.append(f"tally_store_errors_total {store_errors}")
-        family("tally_connections_closed_total", "counter",
-               "Connections this process closed for a limit: header or body deadline, oversized headers or request line.")
-        for reason, n in sorted(closed_connections().items()):
-            lines.append(f"tally_connections_closed_total{_labels(reason=reason)} {n}")
-        family("tally_store_up", "gauge", "1 when the gauges below were read from the store, 0 when it did not answer in time.")
-        lines.append(f"tally_store_up {int(store_gauges is not None)}")
-        lines.extend(store_gauges or [])
-        return "\n".join(lines) + "\n"
+        page = CollectorRegistry(auto_describe=False)
+        if multiprocess_mode():
+            multiprocess.MultiProcessCollector(page)  # every worker's counters, added up
+        else:
+            page.register(_Families(self.registry.collect()))
+        up = GaugeMetricFamily("tally_store_up", "1 when the store's gauges are on this page, 0 when the store did "
+                               "not answer in time.", value=int(store_families is not None))
+        page.register(_Families([up, *(store_families or [])]))
+        return generate_latest(page)
 
 
-def _ts(value: Any) -> str:
-    return f"{value.timestamp():.3f}"
-
-
-def store_gauges(store: Any, clouds: list[str]) -> list[str]:
+def store_families(store: Any, clouds: list[str]) -> list[Metric]:
     """What every API process reports alike, read from the shared store: alerts work across replicas."""
     from tally_pipeline.alerts import activity, last_runs, last_success
 
-    lines: list[str] = []
+    families: list[Metric] = []
 
-    def family(name: str, kind: str, help_text: str) -> None:
-        lines.append(f"# HELP {name} {help_text}")
-        lines.append(f"# TYPE {name} {kind}")
+    def gauge(name: str, help_text: str, labels: list[str]) -> GaugeMetricFamily:
+        families.append(GaugeMetricFamily(name, help_text, labels=labels))
+        return families[-1]
 
-    family("tally_cloud_last_collector_event_timestamp_seconds", "gauge",
-           "When the last collector event for the cloud was stored (Unix time).")
+    def counter(name: str, help_text: str, labels: list[str]) -> CounterMetricFamily:
+        families.append(CounterMetricFamily(name, help_text, labels=labels))
+        return families[-1]
+
+    last_event = gauge("tally_cloud_last_collector_event_timestamp_seconds",
+                       "When the last collector event for the cloud was stored (Unix time).", ["cloud"])
     for a in activity(store):
         if a.last_collector_event is not None:
-            lines.append(f"tally_cloud_last_collector_event_timestamp_seconds{_labels(cloud=a.cloud)} {_ts(a.last_collector_event)}")
-    family("tally_cloud_events_stored_total", "counter", "Events stored for the cloud, by source (all API processes).")
+            last_event.add_metric([a.cloud], a.last_collector_event.timestamp())
+    stored = counter("tally_cloud_events_stored", "Events stored for the cloud, by source (all API processes).",
+                     ["cloud", "source"])
     for cloud, collector, reconciliation in store.query(
         "SELECT cloud, collector_events, reconciliation_events FROM cloud_activity ORDER BY cloud"
     ):
-        lines.append(f"tally_cloud_events_stored_total{_labels(cloud=cloud, source='collector')} {collector}")
-        lines.append(f"tally_cloud_events_stored_total{_labels(cloud=cloud, source='reconciliation')} {reconciliation}")
-    family("tally_sync_configured", "gauge", "1 for every cloud in the configuration (so a never-synced cloud is visible).")
+        stored.add_metric([cloud, "collector"], collector)
+        stored.add_metric([cloud, "reconciliation"], reconciliation)
+    configured = gauge("tally_sync_configured", "1 for every cloud in the configuration (so a never-synced cloud is "
+                       "visible).", ["cloud"])
     for cloud in sorted(clouds):
-        lines.append(f"tally_sync_configured{_labels(cloud=cloud)} 1")
-    family("tally_sync_runs_total", "counter", "Reconciliation runs by cloud and status.")
+        configured.add_metric([cloud], 1)
+    runs_total = counter("tally_sync_runs", "Reconciliation runs by cloud and status.", ["cloud", "status"])
     for cloud, status, n in store.query("SELECT cloud, status, count(*) FROM sync_runs GROUP BY cloud, status ORDER BY 1, 2"):
-        lines.append(f"tally_sync_runs_total{_labels(cloud=cloud, status=status)} {n}")
-    family("tally_sync_last_success_timestamp_seconds", "gauge", "Poll time of the last succeeded or partial sync.")
+        runs_total.add_metric([cloud, status], n)
+    success = gauge("tally_sync_last_success_timestamp_seconds", "Poll time of the last succeeded or partial sync.",
+                    ["cloud"])
     for cloud, when in sorted(last_success(store).items()):
-        lines.append(f"tally_sync_last_success_timestamp_seconds{_labels(cloud=cloud)} {_ts(when)}")
+        success.add_metric([cloud], when.timestamp())
     runs = last_runs(store)
-    family("tally_sync_last_failed", "gauge", "1 when the cloud's latest sync failed or was partial, else 0.")
-    for run in runs:
-        lines.append(f"tally_sync_last_failed{_labels(cloud=run.cloud)} {int(run.status in ('failed', 'partial'))}")
-    family("tally_sync_last_drift_ratio", "gauge", "Corrections of the cloud's latest sync over its live resources.")
-    for run in runs:
-        lines.append(f"tally_sync_last_drift_ratio{_labels(cloud=run.cloud)} {run.drift or 0.0}")
-    family("tally_sync_last_guard_tripped", "gauge", "1 when the latest sync held deletes behind the mass-delete guard.")
-    for run in runs:
-        lines.append(f"tally_sync_last_guard_tripped{_labels(cloud=run.cloud)} {int(run.guard_tripped)}")
-    family("tally_sync_last_unconfirmed", "gauge",
-           "Deletes by absence the cloud's latest sync deferred because the platform did not confirm them.")
-    for run in runs:
-        lines.append(f"tally_sync_last_unconfirmed{_labels(cloud=run.cloud)} {run.unconfirmed}")
-    family("tally_sync_last_skipped", "gauge", "Listed items the cloud's latest sync skipped as unreadable.")
-    for run in runs:
-        lines.append(f"tally_sync_last_skipped{_labels(cloud=run.cloud)} {run.skipped}")
-    lines.extend(_ledger_skips(store))
-    return lines
+    for name, help_text, value in (
+        ("tally_sync_last_failed", "1 when the cloud's latest sync failed or was partial, else 0.",
+         lambda r: int(r.status in ("failed", "partial"))),
+        ("tally_sync_last_drift_ratio", "Corrections of the cloud's latest sync over its live resources.",
+         lambda r: r.drift or 0.0),
+        ("tally_sync_last_guard_tripped", "1 when the latest sync held deletes behind the mass-delete guard.",
+         lambda r: int(r.guard_tripped)),
+        ("tally_sync_last_unconfirmed",
+         "Deletes by absence the cloud's latest sync deferred because the platform did not confirm them.",
+         lambda r: r.unconfirmed),
+        ("tally_sync_last_skipped", "Listed items the cloud's latest sync skipped as unreadable.",
+         lambda r: r.skipped),
+    ):
+        family = gauge(name, help_text, ["cloud"])
+        for run in runs:
+            family.add_metric([run.cloud], value(run))
+    families.extend(_ledger_skips(store))
+    return families
 
 
-def _ledger_skips(store: Any) -> list[str]:
+def _ledger_skips(store: Any) -> list[Metric]:
     """What the posting cycles skipped or excluded, by reason (a fixed set), as the poster recorded it."""
     from tally_pipeline.store.ledger_records import skip_metrics
 
     every_cycle, latest = skip_metrics(store)
-    lines = ["# HELP tally_ledger_skipped_total Entities skipped, or posted without intervals the meters cannot read, "
-             "by reason, over every posting cycle.", "# TYPE tally_ledger_skipped_total counter"]
-    lines += [f"tally_ledger_skipped_total{_labels(reason=r)} {n}" for r, n in sorted(every_cycle.items())]
-    lines += ["# HELP tally_ledger_last_cycle_skipped Entities the latest posting cycle skipped or posted with "
-              "exclusions, by reason.", "# TYPE tally_ledger_last_cycle_skipped gauge"]
-    lines += [f"tally_ledger_last_cycle_skipped{_labels(reason=r)} {n}" for r, n in sorted(latest.items())]
-    return lines
+    total = CounterMetricFamily("tally_ledger_skipped", "Entities skipped, or posted without intervals the meters "
+                                "cannot read, by reason, over every posting cycle.", labels=["reason"])
+    for reason, n in sorted(every_cycle.items()):
+        total.add_metric([reason], n)
+    last = GaugeMetricFamily("tally_ledger_last_cycle_skipped", "Entities the latest posting cycle skipped or posted "
+                             "with exclusions, by reason.", labels=["reason"])
+    for reason, n in sorted(latest.items()):
+        last.add_metric([reason], n)
+    return [total, last]
+
+
+def exposition(families: list[Metric]) -> str:
+    """``families`` in the text format (what a scrape shows of them)."""
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(_Families(families))
+    return generate_latest(registry).decode()

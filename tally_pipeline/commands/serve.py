@@ -25,8 +25,12 @@ def serve(rt: Runtime, host: str | None, port: int | None, tokens_file: Path | N
           log_level: str) -> None:
     """Serve the HTTP API (POST /v1/events, queries, /healthz, /metrics) with uvicorn."""
     import os
+    import shutil
+    import tempfile
 
     import uvicorn
+
+    from tally_pipeline.api.metrics import MULTIPROC_ENV
 
     from tally_pipeline.api.server import ENV_CONFIG, ENV_DATABASE, ENV_TOKENS, uvicorn_options
     from tally_pipeline.redaction import redact
@@ -51,8 +55,18 @@ def serve(rt: Runtime, host: str | None, port: int | None, tokens_file: Path | N
     os.environ[ENV_DATABASE] = rt.config.database
     os.environ[ENV_TOKENS] = str(tokens_path or "")
     rt.close()
-    uvicorn.run("tally_pipeline.api.server:app_from_env", factory=True, workers=workers, host=host, port=port,
-                **options)
+    # Every worker writes its counters into one folder and every scrape adds them all up
+    # (prometheus_client's multiprocess mode): a fresh folder per server unless the operator names one.
+    own_dir = None
+    if not os.environ.get(MULTIPROC_ENV):
+        own_dir = tempfile.mkdtemp(prefix="tally-metrics-")
+        os.environ[MULTIPROC_ENV] = own_dir
+    try:
+        uvicorn.run("tally_pipeline.api.server:app_from_env", factory=True, workers=workers, host=host, port=port,
+                    **options)
+    finally:
+        if own_dir is not None:
+            shutil.rmtree(own_dir, ignore_errors=True)
 
 
 def register(main: click.Group) -> None:

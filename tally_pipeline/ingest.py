@@ -1,7 +1,9 @@
 """The ingest core: the only route into ``events``, shared by the API, landing files and reconciliation.
 
 A batch of received items goes in; one outcome per item comes out, in order: ``stored``,
-``duplicate`` (the event_id is already held; first write wins) or ``rejected`` (with a reason).
+``duplicate`` (the cloud already holds the event_id; first write wins) or ``rejected`` (with a reason).
+An event's identity is ``(cloud, event_id)``: the same id in two clouds is two events, so no writer
+can shadow another cloud's events or learn which ids it holds.
 The whole batch is one transaction: stored events and dead-letter rows commit together or not at all.
 """
 
@@ -17,9 +19,9 @@ from typing import Any, Literal
 
 import orjson
 
-from tally_pipeline.core.envelope import EVENT_ID_MAX, EventRecord, Rejection, validate_event
+from tally_pipeline.core.envelope import EVENT_ID_MAX, EventRecord, Rejection, is_cloud_name, validate_event
 from tally_pipeline.core.registry import SizeSchemaRegistry
-from tally_pipeline.store.base import RejectedRow, Store, UnitOfWork
+from tally_pipeline.store.base import EventKey, RejectedRow, Store, UnitOfWork
 
 MAX_BATCH = 1000
 Status = Literal["stored", "duplicate", "rejected"]
@@ -59,8 +61,8 @@ Check = Callable[[Any], EventRecord | Rejection]
 class PreparedBatch:
     """A batch on its way to the store: what each item is, before the store has a say.
 
-    Items are validated in event_id order, on demand: ``new_records`` hands out each event_id's
-    first valid occurrence while later items are still unchecked, so a store can write one event
+    Items are validated in key order (cloud, event_id), on demand: ``new_records`` hands out each
+    key's first valid occurrence while later items are still unchecked, so a store can write one event
     while the next is validated (Postgres: the server inserts rows while this process validates
     more). ``finish`` validates whatever is left; afterwards every list below is in item order.
     """
@@ -70,17 +72,17 @@ class PreparedBatch:
         self.origin = origin
         self.results: list[ItemOutcome | None] = [None] * len(items)
         self.rejections: list[RejectedRow] = []
-        self.accepted: list[tuple[int, EventRecord]] = []  # first valid occurrence of each id
+        self.accepted: list[tuple[int, EventRecord]] = []  # first valid occurrence of each key
         self.repeats: list[tuple[int, EventRecord]] = []  # later occurrences in the batch
-        self.first_seen: dict[str, int] = {}
+        self.first_seen: dict[EventKey, int] = {}
         self._check = check
-        self._order, self.candidate_ids = _event_id_order(items)
+        self._order, self.candidate_keys = _key_order(items)
         self._next = 0  # how much of _order is validated
-        self._new: list[EventRecord] = []  # accepted records, in event_id order
+        self._new: list[EventRecord] = []  # accepted records, in key order
         self._rejected: list[tuple[int, RejectedRow]] = []
 
     def new_records(self) -> Iterator[EventRecord]:
-        """The accepted records in event_id order, validating as they are asked for.
+        """The accepted records in key order, validating as they are asked for.
 
         Each call starts again from the first record (a store may iterate twice: a unit of work
         retried, a fallback after a failed copy); nothing is validated twice.
@@ -115,10 +117,10 @@ class PreparedBatch:
             self._rejected.append(
                 (index, RejectedRow(checked.reason, checked.message, self.origin, raw_json(item), cloud, event_id))
             )
-        elif checked.event_id in self.first_seen:  # equal ids go in item order: the first valid one wins
-            self.repeats.append((index, checked))
+        elif (key := (checked.cloud, checked.event_id)) in self.first_seen:
+            self.repeats.append((index, checked))  # equal keys go in item order: the first valid one wins
         else:
-            self.first_seen[checked.event_id] = index
+            self.first_seen[key] = index
             self.accepted.append((index, checked))
             self._new.append(checked)
 
@@ -127,34 +129,39 @@ def _first(pair: tuple[int, Any]) -> int:
     return pair[0]
 
 
-def _event_id_order(items: Sequence[Any]) -> tuple[list[int], list[str]]:
-    """Item positions in event_id order (ties in item order), and the distinct ids worth looking up.
+def _key_order(items: Sequence[Any]) -> tuple[list[int], list[EventKey]]:
+    """Item positions in key order (ties in item order), and the distinct keys worth looking up.
 
     The order is taken from the raw items, before validation: an accepted record keeps its item's
-    event_id, and an item without a string event_id is never accepted, so those go last. The ids
-    worth looking up are those a valid event could have (1 to EVENT_ID_MAX characters, no NUL,
-    UTF-8): the others could not even be sent to the database as a parameter.
+    cloud and event_id, and an item without string ones is never accepted, so those go last. The
+    keys worth looking up are those a valid event could have (an id of 1 to EVENT_ID_MAX
+    characters, no NUL, UTF-8; a cloud matching its pattern): the others could not even be sent to
+    the database as a parameter.
     """
-    ids: list[str] = []
+    keys: list[EventKey] = []
     positions: list[int] = []
     rest: list[int] = []
     for index, item in enumerate(items):
-        event_id = dict.get(item, "event_id") if isinstance(item, dict) else None
-        if isinstance(event_id, str):
-            ids.append(event_id if type(event_id) is str else str.__str__(event_id))  # a str subclass sorts as its str
-            positions.append(index)
-        else:
-            rest.append(index)
-    by_id = sorted(range(len(ids)), key=ids.__getitem__)  # stable: equal ids keep item order
-    order = [positions[k] for k in by_id]
+        if isinstance(item, dict):
+            event_id = dict.get(item, "event_id")
+            cloud = dict.get(item, "cloud")
+            if isinstance(event_id, str) and isinstance(cloud, str):
+                # a str subclass sorts as its str
+                keys.append((cloud if type(cloud) is str else str.__str__(cloud),
+                             event_id if type(event_id) is str else str.__str__(event_id)))
+                positions.append(index)
+                continue
+        rest.append(index)
+    by_key = sorted(range(len(keys)), key=keys.__getitem__)  # stable: equal keys keep item order
+    order = [positions[k] for k in by_key]
     order += rest
-    candidates: list[str] = []
+    candidates: list[EventKey] = []
     previous = None
-    for k in by_id:
-        event_id = ids[k]
-        if event_id != previous and _may_be_stored(event_id):
-            candidates.append(event_id)
-        previous = event_id
+    for k in by_key:
+        key = keys[k]
+        if key != previous and _may_be_stored(key[1]) and is_cloud_name(key[0]):
+            candidates.append(key)
+        previous = key
     return order, candidates
 
 
@@ -340,35 +347,35 @@ class Ingestor:
         if not streaming:
             batch.finish()  # validate before taking a connection, the store's lock or file
 
-        def work(uow: UnitOfWork) -> tuple[set[str], dict[str, str]]:
+        def work(uow: UnitOfWork) -> tuple[set[EventKey], dict[EventKey, str]]:
             received_at = self.clock()
             if streaming:
-                inserted = uow.insert_event_stream(batch.candidate_ids, _Restartable(batch.new_records), received_at)
+                inserted = uow.insert_event_stream(batch.candidate_keys, _Restartable(batch.new_records), received_at)
                 batch.finish()
             else:
                 inserted = uow.insert_events([record for _, record in batch.accepted], received_at)
             accepted, repeats = batch.accepted, batch.repeats
-            # The winner of an id (first write wins) is the stored row when the id was held already,
+            # The winner of a key (first write wins) is the stored row when the key was held already,
             # else the record just inserted; only the held ones need asking for, and the inserted
             # ones matter only to their repeats.
-            winners = uow.content_hashes(sorted(r.event_id for _, r in accepted if r.event_id not in inserted))
+            winners = uow.content_hashes(sorted(k for _, r in accepted if (k := (r.cloud, r.event_id)) not in inserted))
             if repeats:
-                winners.update({r.event_id: r.content_hash for _, r in accepted if r.event_id in inserted})
+                winners.update({k: r.content_hash for _, r in accepted if (k := (r.cloud, r.event_id)) in inserted})
             conflicts = [
                 RejectedRow(
                     "duplicate_conflict",
-                    f"duplicate_conflict: event_id {r.event_id!r} is already stored with different content; "
-                    "the first write wins",
+                    f"duplicate_conflict: event_id {r.event_id!r} is already stored in cloud {r.cloud!r} with "
+                    "different content; the first write wins",
                     origin,
                     raw_json(items[i]),
                     r.cloud,
                     r.event_id,
                 )
                 for i, r in ((*accepted, *repeats) if winners else ())
-                if winners.get(r.event_id, r.content_hash) != r.content_hash
+                if winners.get((r.cloud, r.event_id), r.content_hash) != r.content_hash
             ]
             uow.insert_rejections([*batch.rejections, *conflicts], received_at)
-            activity = Counter((r.cloud, r.source) for _, r in accepted if r.event_id in inserted)
+            activity = Counter((r.cloud, r.source) for _, r in accepted if (r.cloud, r.event_id) in inserted)
             uow.note_activity(dict(activity), received_at)
             return inserted, winners
 
@@ -377,11 +384,12 @@ class Ingestor:
         results = batch.results
         outcome = BatchOutcome(results=[], rejected=len(batch.rejections))
         for index, record in (*batch.accepted, *batch.repeats):
-            if index == batch.first_seen[record.event_id] and record.event_id in inserted:
+            key = (record.cloud, record.event_id)
+            if index == batch.first_seen[key] and key in inserted:
                 results[index] = ItemOutcome(index, record.event_id, "stored", record.cloud)
                 outcome.stored += 1
             else:
-                conflict = winners.get(record.event_id, record.content_hash) != record.content_hash
+                conflict = winners.get(key, record.content_hash) != record.content_hash
                 results[index] = ItemOutcome(index, record.event_id, "duplicate", record.cloud, conflict=conflict)
                 outcome.duplicates += 1
         outcome.results = results  # type: ignore[assignment]  # every slot is filled by now

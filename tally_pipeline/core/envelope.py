@@ -229,6 +229,11 @@ def _admit_event_type(event_type: str) -> bool:
     return True
 
 
+def is_cloud_name(cloud: str) -> bool:
+    """Whether ``cloud`` is a valid cloud name (the envelope's pattern)."""
+    return cloud in _known_clouds or _CLOUD.fullmatch(cloud) is not None
+
+
 def _admit_cloud(cloud: str) -> bool:
     if _CLOUD.fullmatch(cloud) is None:
         return False

@@ -20,6 +20,8 @@ from typing import Any, Literal, TypeVar
 from tally_pipeline.core.envelope import EventRecord
 
 T = TypeVar("T")
+#: An event's identity: (cloud, event_id). Dedup, conflicts and lookups all go by it.
+EventKey = tuple[str, str]
 Dialect = Literal["duckdb", "postgres"]
 
 
@@ -69,23 +71,23 @@ class UnitOfWork(abc.ABC):
     """One transaction. Methods are the only SQL that writes the event log and the dead letter."""
 
     @abc.abstractmethod
-    def insert_events(self, records: Sequence[EventRecord], received_at: datetime) -> set[str]:
-        """Insert records whose event_id is new; return the ids inserted. Existing ids are left alone."""
+    def insert_events(self, records: Sequence[EventRecord], received_at: datetime) -> set[EventKey]:
+        """Insert records whose (cloud, event_id) is new; return the keys inserted. Held keys are left alone."""
 
     def insert_event_stream(
-        self, event_ids: Sequence[str], records: Iterable[EventRecord], received_at: datetime
-    ) -> set[str]:
-        """``insert_events`` for records that arrive one at a time, in event_id order.
+        self, keys: Sequence[EventKey], records: Iterable[EventRecord], received_at: datetime
+    ) -> set[EventKey]:
+        """``insert_events`` for records that arrive one at a time, in (cloud, event_id) order.
 
-        ``event_ids`` is sorted and holds the id of every record that can come (and maybe more);
-        ``records`` may be iterated again, from the start. Returns the ids inserted. The ingest
+        ``keys`` is sorted and holds the key of every record that can come (and maybe more);
+        ``records`` may be iterated again, from the start. Returns the keys inserted. The ingest
         core uses it only with a store whose ``streams_events`` is true.
         """
         return self.insert_events(list(records), received_at)
 
     @abc.abstractmethod
-    def content_hashes(self, event_ids: Sequence[str]) -> dict[str, str]:
-        """The stored content hash of each given event_id that exists."""
+    def content_hashes(self, keys: Sequence[EventKey]) -> dict[EventKey, str]:
+        """The stored content hash of each given (cloud, event_id) that exists."""
 
     @abc.abstractmethod
     def insert_rejections(self, rows: Sequence[RejectedRow], received_at: datetime) -> None:

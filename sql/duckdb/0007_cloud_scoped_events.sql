@@ -18,9 +18,35 @@ CREATE TABLE events_0007 (
     received_at   TIMESTAMPTZ NOT NULL,
     PRIMARY KEY (cloud, event_id)
 );
+
+-- A size is stored in the form the meters read: a whole-number float in a size field (2.0, which
+-- older releases stored as sent) becomes the integer (2), in the same copy. Only the size object's
+-- own fields are rewritten (the meters read nothing deeper); the content hash of a rewritten event
+-- is left as it was, so a later copy of it resent with 2.0 is answered duplicate with conflict: true
+-- once. The projection is refolded from the first rewritten event on.
+CREATE TEMP TABLE size_fix_0007 AS
+SELECT ev.cloud, ev.event_id, ev.seq,
+       json_group_object(e.key, CASE
+           WHEN e.type = 'DOUBLE' AND TRY_CAST(e.value::VARCHAR AS DOUBLE) = floor(TRY_CAST(e.value::VARCHAR AS DOUBLE))
+                AND abs(TRY_CAST(e.value::VARCHAR AS DOUBLE)) < 9.2e18
+           THEN to_json(CAST(TRY_CAST(e.value::VARCHAR AS DOUBLE) AS BIGINT)) ELSE e.value END) AS size
+FROM events ev, json_each(ev.payload -> '$.size') AS e
+WHERE json_type(ev.payload, '$.size') = 'OBJECT'
+GROUP BY ev.cloud, ev.event_id, ev.seq
+HAVING bool_or(e.type = 'DOUBLE' AND TRY_CAST(e.value::VARCHAR AS DOUBLE) = floor(TRY_CAST(e.value::VARCHAR AS DOUBLE))
+               AND abs(TRY_CAST(e.value::VARCHAR AS DOUBLE)) < 9.2e18);
+CREATE TEMP TABLE payload_fix_0007 AS
+SELECT ev.cloud, ev.event_id, json_group_object(p.key, CASE WHEN p.key = 'size' THEN f.size ELSE p.value END) AS payload
+FROM events ev JOIN size_fix_0007 f USING (cloud, event_id), json_each(ev.payload) AS p
+GROUP BY ev.cloud, ev.event_id;
+
 INSERT INTO events_0007
-SELECT seq, event_id, event_type, verb, cloud, resource_type, resource_id, project_id, occurred_at, source,
-       payload, content_hash, received_at
-FROM events;
+SELECT ev.seq, ev.event_id, ev.event_type, ev.verb, ev.cloud, ev.resource_type, ev.resource_id, ev.project_id,
+       ev.occurred_at, ev.source, coalesce(f.payload, ev.payload), ev.content_hash, ev.received_at
+FROM events ev LEFT JOIN payload_fix_0007 f USING (cloud, event_id);
 DROP TABLE events;
 ALTER TABLE events_0007 RENAME TO events;
+UPDATE projection_state SET watermark = least(watermark, (SELECT min(seq) - 1 FROM size_fix_0007))
+WHERE name = 'resources' AND EXISTS (SELECT 1 FROM size_fix_0007);
+DROP TABLE size_fix_0007;
+DROP TABLE payload_fix_0007;

@@ -273,9 +273,11 @@ def _normalise(
         if verb in ("create", "update"):
             return Rejection("missing_size", f"missing_size: payload.size is required on a {verb} ({event_type})")
     else:
-        problem = registry[resource_type].size_error(size)
+        stored, problem = registry[resource_type].checked_size(size)
         if problem is not None:
             return Rejection("size_schema", f"size_schema: {problem}")
+        if stored is not size:  # whole-number floats made integers: the form the meters read
+            payload = {**payload, "size": stored}
     try:
         payload_json = orjson.dumps(payload, option=orjson.OPT_SORT_KEYS)
         canonical = orjson.dumps(

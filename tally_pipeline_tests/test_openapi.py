@@ -108,6 +108,12 @@ def test_every_documented_answer_is_produced_and_matches_the_spec(store: Store, 
     call(client, "GET", "/v1/rejected", 401)
     call(client, "GET", "/v1/rejected", 403, headers=admin)
     call(down, "GET", "/v1/rejected", 503, headers=reader)
+    # GET /v1/rejected/{id}/raw
+    call(client, "GET", f"/v1/rejected/{page['rejected'][0]['id']}/raw", 200, headers=reader)
+    call(client, "GET", "/v1/rejected/999999999/raw", 404, headers=reader)
+    call(client, "GET", "/v1/rejected/1/raw", 401)
+    call(client, "GET", "/v1/rejected/1/raw", 403, headers=admin)
+    call(down, "GET", "/v1/rejected/1/raw", 503, headers=reader)
     # the resource routes
     nul = quote("nul\x00")
     for leaf in ("events", "lifecycle"):

@@ -248,12 +248,32 @@ async def get_rejected(ctx: ApiContext, request: Request) -> Response:
                     "cloud": e.cloud,
                     "event_id": e.event_id,
                     "raw": e.raw,
+                    "raw_bytes": e.raw_bytes,
+                    "raw_truncated": e.raw_truncated,
+                    "raw_url": None if e.raw is None else f"/v1/rejected/{e.id}/raw",
                 }
                 for e in page
             ],
             "next_cursor": next_cursor,
         }
     )
+
+
+_ROW_ID_MAX = 2**63 - 1
+
+
+async def get_rejected_raw(ctx: ApiContext, request: Request) -> Response:
+    """One dead-letter row's whole raw item, as text: listings carry only a bounded prefix."""
+    require(principal_of(ctx, request), "read")
+    rejected_id = request.path_params["rejected_id"]
+    found, raw = (False, None)
+    if rejected_id <= _ROW_ID_MAX:
+        found, raw = await run_in_threadpool(ctx.store.rejected_raw, rejected_id)
+    if not found:
+        raise ApiError(error(404, "not_found", f"no dead-letter row {rejected_id}"))
+    if raw is None:
+        raise ApiError(error(404, "not_found", f"dead-letter row {rejected_id} holds no raw item"))
+    return Response(raw, media_type="text/plain; charset=utf-8")
 
 
 async def healthz(ctx: ApiContext, request: Request) -> Response:
@@ -300,6 +320,7 @@ def create_app(ctx: ApiContext) -> Starlette:
         Route("/v1/events", guarded(post_events, ctx), methods=["POST"]),
         Route("/v1/event", guarded(post_event, ctx), methods=["POST"]),
         Route("/v1/rejected", guarded(get_rejected, ctx), methods=["GET"]),
+        Route("/v1/rejected/{rejected_id:int}/raw", guarded(get_rejected_raw, ctx), methods=["GET"]),
         Route(f"{resource}/events", guarded(resources.resource_events, ctx), methods=["GET"]),
         Route(f"{resource}/lifecycle", guarded(resources.resource_lifecycle, ctx), methods=["GET"]),
         Route("/v1/inventory", guarded(resources.get_inventory, ctx), methods=["GET"]),

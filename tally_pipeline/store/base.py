@@ -53,9 +53,14 @@ class RejectedRow:
     event_id: str | None = None
 
 
+#: How much of each raw item a dead-letter listing carries (characters): a page of 1000 rows stays a
+#: few MB however large the items were; the whole item is fetched one at a time (``rejected_raw``).
+RAW_PREFIX_CHARS = 1024
+
+
 @dataclass(frozen=True, slots=True)
 class RejectedEntry:
-    """One dead-letter row as stored."""
+    """One dead-letter row as listed: ``raw`` is at most RAW_PREFIX_CHARS of the item as received."""
 
     id: int
     received_at: datetime
@@ -65,6 +70,8 @@ class RejectedEntry:
     cloud: str | None
     event_id: str | None
     raw: str | None
+    raw_bytes: int | None = None  # the whole item's size in UTF-8 bytes
+    raw_truncated: bool = False
 
 
 class UnitOfWork(abc.ABC):
@@ -129,6 +136,8 @@ class Store(abc.ABC):
     url: str
     #: How long ``run`` keeps retrying a busy or conflicting unit before giving up with StoreBusy.
     retry_budget_s: float = 30.0
+    #: SQL for the UTF-8 byte length of a text column ``raw``.
+    raw_bytes_sql: str = "octet_length(raw)"
     #: Whether the ingest core hands a batch's events to ``UnitOfWork.insert_event_stream`` while it
     #: is still validating the batch, rather than validating first and calling ``insert_events``.
     streams_events: bool = False
@@ -204,7 +213,10 @@ class Store(abc.ABC):
         before_id: int | None = None,
         limit: int = 100,
     ) -> list[RejectedEntry]:
-        """The dead letter, newest first, filtered; ``before_id`` continues a previous page."""
+        """The dead letter, newest first, filtered; ``before_id`` continues a previous page.
+
+        Each raw item is cut to RAW_PREFIX_CHARS in the database, so a page never loads whole items.
+        """
         clauses, params = [], []
         for column, value in (("cloud", cloud), ("reason", reason)):
             if value is not None:
@@ -218,11 +230,17 @@ class Store(abc.ABC):
             params.append(before_id)
         where = f"WHERE {' AND '.join(clauses)}" if clauses else ""
         rows = self.query(
-            "SELECT id, received_at, reason, message, origin, cloud, event_id, raw "
+            f"SELECT id, received_at, reason, message, origin, cloud, event_id, substr(raw, 1, {RAW_PREFIX_CHARS}), "
+            f"{self.raw_bytes_sql}, coalesce(length(raw) > {RAW_PREFIX_CHARS}, false) "
             f"FROM rejected_events {where} ORDER BY id DESC LIMIT %s",
             [*params, limit],
         )
         return [RejectedEntry(*row) for row in rows]
+
+    def rejected_raw(self, rejected_id: int) -> tuple[bool, str | None]:
+        """One dead-letter row's whole raw item: (found, raw)."""
+        rows = self.query("SELECT raw FROM rejected_events WHERE id = %s", [rejected_id])
+        return (True, rows[0][0]) if rows else (False, None)
 
     def __enter__(self) -> Store:
         return self

@@ -122,6 +122,7 @@ class DuckDBUnitOfWork(UnitOfWork):
 
 class DuckDBStore(Store):
     dialect = "duckdb"
+    raw_bytes_sql = "strlen(raw)"
     #: Files this process has brought up to date: opening one again needs no migration check.
     _migrated: set[str] = set()
 

@@ -20,6 +20,7 @@ from typing import Any, Literal
 import orjson
 
 from tally_pipeline.core.envelope import EVENT_ID_MAX, EventRecord, Rejection, is_cloud_name, validate_event
+from tally_pipeline.core.jsontext import array_item_texts
 from tally_pipeline.core.registry import SizeSchemaRegistry
 from tally_pipeline.store.base import EventKey, RejectedRow, Store, UnitOfWork
 
@@ -44,7 +45,7 @@ class ItemOutcome:
     conflict: bool = False
 
     def as_json(self) -> dict[str, Any]:
-        """The item's entry in an HTTP response (DESIGN.md §4.3)."""
+        """The item's entry in an HTTP response (docs/api.md)."""
         out: dict[str, Any] = {"index": self.index, "event_id": self.event_id, "status": self.status}
         if self.reason is not None:
             out["reason"] = self.reason
@@ -56,6 +57,8 @@ class ItemOutcome:
 
 #: Validates one item for a writer: the envelope, then what this writer may write.
 Check = Callable[[Any], EventRecord | Rejection]
+#: The text of a batch's item ``index`` as received, for the dead letter.
+RawOf = Callable[[int], str]
 
 
 class PreparedBatch:
@@ -67,9 +70,10 @@ class PreparedBatch:
     more). ``finish`` validates whatever is left; afterwards every list below is in item order.
     """
 
-    def __init__(self, items: Sequence[Any], origin: str, check: Check):
+    def __init__(self, items: Sequence[Any], origin: str, check: Check, raw_of: RawOf | None = None):
         self.items = items
         self.origin = origin
+        self.raw_of: RawOf = raw_of or (lambda index: raw_json(items[index]))
         self.results: list[ItemOutcome | None] = [None] * len(items)
         self.rejections: list[RejectedRow] = []
         self.accepted: list[tuple[int, EventRecord]] = []  # first valid occurrence of each key
@@ -115,7 +119,7 @@ class PreparedBatch:
             cloud = _hint(item, "cloud")
             self.results[index] = ItemOutcome(index, event_id, "rejected", cloud, checked.reason, checked.message)
             self._rejected.append(
-                (index, RejectedRow(checked.reason, checked.message, self.origin, raw_json(item), cloud, event_id))
+                (index, RejectedRow(checked.reason, checked.message, self.origin, self.raw_of(index), cloud, event_id))
             )
         elif (key := (checked.cloud, checked.event_id)) in self.first_seen:
             self.repeats.append((index, checked))  # equal keys go in item order: the first valid one wins
@@ -183,6 +187,7 @@ class BatchOutcome:
     stored: int = 0
     duplicates: int = 0
     rejected: int = 0
+    dead_letter_chars: int = 0  # what this batch wrote to the dead letter (raw items and messages)
 
     def as_json(self) -> dict[str, Any]:
         return {
@@ -203,6 +208,26 @@ def raw_json(item: Any) -> str:
         except RecursionError:  # nested deeper than the recursive encoders go (JSON parsers allow ~1000)
             text = _deep_json(item)
     return text.replace("\x00", "\\u0000")
+
+
+class BodyItemTexts:
+    """Each item's text exactly as received in a body ``{"events": [...]}``, cut out of the body only
+    when the dead letter first asks for one (a batch with nothing to dead-letter never pays)."""
+
+    def __init__(self, body: bytes, items: Sequence[Any]):
+        self._body = body
+        self._items = items
+        self._texts: list[str] | None = None
+        self._cut = False
+
+    def __call__(self, index: int) -> str:
+        if not self._cut:
+            self._cut = True
+            texts = array_item_texts(self._body.decode("utf-8", errors="backslashreplace"))
+            self._texts = texts if texts is not None and len(texts) == len(self._items) else None
+        if self._texts is None:  # not expected once the body parsed; never lose the item
+            return raw_json(self._items[index])
+        return self._texts[index].replace("\x00", "\\u0000")
 
 
 @dataclass(frozen=True, slots=True)
@@ -291,14 +316,16 @@ class Ingestor:
         origin: str,
         may_write: Callable[[str], bool] = allow_all,
         sources: tuple[str, ...] = ("collector",),
+        raw_of: RawOf | None = None,
     ) -> BatchOutcome:
         """Validate and store one batch (at most 1000 items) in one transaction.
 
         ``origin`` says where the batch came from (``api``, ``file:NAME``, ``sync:CLOUD``) and is
         kept with dead-letter rows. ``may_write`` decides which clouds this writer may write;
         ``sources`` which ``source`` values it may claim (only reconciliation writes its own).
+        ``raw_of`` gives an item's text as received (default: the item written as JSON).
         """
-        return self.commit(self._batch(items, origin, may_write, sources))
+        return self.commit(self._batch(items, origin, may_write, sources, raw_of))
 
     def prepare(
         self,
@@ -314,7 +341,12 @@ class Ingestor:
         return batch
 
     def _batch(
-        self, items: Sequence[Any], origin: str, may_write: Callable[[str], bool], sources: tuple[str, ...]
+        self,
+        items: Sequence[Any],
+        origin: str,
+        may_write: Callable[[str], bool],
+        sources: tuple[str, ...],
+        raw_of: RawOf | None = None,
     ) -> PreparedBatch:
         """A batch not validated yet: ``commit`` validates it while the store writes."""
         if len(items) > MAX_BATCH:
@@ -334,7 +366,7 @@ class Ingestor:
                 )
             return checked
 
-        return PreparedBatch(items, origin, check)
+        return PreparedBatch(items, origin, check, raw_of)
 
     def commit(self, batch: PreparedBatch) -> BatchOutcome:
         """Store a batch in one transaction and say what became of each item.
@@ -342,10 +374,12 @@ class Ingestor:
         A store that takes events as a stream gets them while the batch is still being validated;
         any other gets the whole list, in item order, once validation is done.
         """
-        items, origin = batch.items, batch.origin
+        origin = batch.origin
         streaming = self.store.streams_events
         if not streaming:
             batch.finish()  # validate before taking a connection, the store's lock or file
+
+        dead_bytes = [0]
 
         def work(uow: UnitOfWork) -> tuple[set[EventKey], dict[EventKey, str]]:
             received_at = self.clock()
@@ -367,14 +401,16 @@ class Ingestor:
                     f"duplicate_conflict: event_id {r.event_id!r} is already stored in cloud {r.cloud!r} with "
                     "different content; the first write wins",
                     origin,
-                    raw_json(items[i]),
+                    batch.raw_of(i),
                     r.cloud,
                     r.event_id,
+                    r.content_hash,
                 )
                 for i, r in ((*accepted, *repeats) if winners else ())
                 if winners.get((r.cloud, r.event_id), r.content_hash) != r.content_hash
             ]
             uow.insert_rejections([*batch.rejections, *conflicts], received_at)
+            dead_bytes[0] = sum(len(row.raw or "") + len(row.message) for row in (*batch.rejections, *conflicts))
             activity = Counter((r.cloud, r.source) for _, r in accepted if (r.cloud, r.event_id) in inserted)
             uow.note_activity(dict(activity), received_at)
             return inserted, winners
@@ -382,7 +418,7 @@ class Ingestor:
         inserted, winners = self.store.run(work)
 
         results = batch.results
-        outcome = BatchOutcome(results=[], rejected=len(batch.rejections))
+        outcome = BatchOutcome(results=[], rejected=len(batch.rejections), dead_letter_chars=dead_bytes[0])
         for index, record in (*batch.accepted, *batch.repeats):
             key = (record.cloud, record.event_id)
             if index == batch.first_seen[key] and key in inserted:

@@ -24,3 +24,11 @@ WITH fixed AS (
 )
 UPDATE projection_state SET watermark = least(watermark, (SELECT min(seq) - 1 FROM fixed))
 WHERE name = 'resources' AND EXISTS (SELECT 1 FROM fixed);
+
+-- The dead letter has limits. One duplicate_conflict row per (cloud, event_id, content): conflict_key
+-- is the content hash of the conflicting copy (NULL for every other reason, and NULLs never collide
+-- in a unique index), repeats counts the copies received, last_received_at the latest one.
+ALTER TABLE rejected_events ADD COLUMN conflict_key TEXT;
+ALTER TABLE rejected_events ADD COLUMN repeats BIGINT DEFAULT 1;
+ALTER TABLE rejected_events ADD COLUMN last_received_at TIMESTAMPTZ;
+CREATE UNIQUE INDEX rejected_events_conflicts ON rejected_events (cloud, event_id, conflict_key);

@@ -51,6 +51,9 @@ class RejectedRow:
     raw: str | None
     cloud: str | None = None
     event_id: str | None = None
+    #: duplicate_conflict rows only: the conflicting copy's content hash. One row is kept per
+    #: (cloud, event_id, conflict_key); a copy received again adds to its ``repeats``.
+    conflict_key: str | None = None
 
 
 #: How much of each raw item a dead-letter listing carries (characters): a page of 1000 rows stays a
@@ -72,6 +75,8 @@ class RejectedEntry:
     raw: str | None
     raw_bytes: int | None = None  # the whole item's size in UTF-8 bytes
     raw_truncated: bool = False
+    repeats: int = 1  # how many times this row's item was received (duplicate_conflict rows)
+    last_received_at: datetime | None = None
 
 
 class UnitOfWork(abc.ABC):
@@ -98,7 +103,31 @@ class UnitOfWork(abc.ABC):
 
     @abc.abstractmethod
     def insert_rejections(self, rows: Sequence[RejectedRow], received_at: datetime) -> None:
-        """Append rows to the dead letter."""
+        """Append rows to the dead letter (a duplicate_conflict row already held adds to its ``repeats``)."""
+
+    def upsert_conflicts(self, rows: Sequence[RejectedRow], received_at: datetime) -> None:
+        """Write duplicate_conflict rows: one per (cloud, event_id, conflict_key), counting repeats.
+
+        Equal keys in ``rows`` are merged first (one statement may not touch a row twice); keys go
+        in order so racing writers lock them in the same order.
+        """
+        merged: dict[tuple[str | None, str | None, str | None], tuple[RejectedRow, int]] = {}
+        for row in rows:
+            key = (row.cloud, row.event_id, row.conflict_key)
+            first, n = merged.get(key, (row, 0))
+            merged[key] = (first, n + 1)
+        params = [
+            (received_at, r.reason, r.message, r.origin, r.cloud, r.event_id, r.raw, r.conflict_key, n, received_at)
+            for key, (r, n) in sorted(merged.items(), key=lambda kv: tuple(p or "" for p in kv[0]))
+        ]
+        self.executemany(
+            "INSERT INTO rejected_events (received_at, reason, message, origin, cloud, event_id, raw, conflict_key, "
+            "repeats, last_received_at) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s) "
+            "ON CONFLICT (cloud, event_id, conflict_key) DO UPDATE SET "
+            "repeats = coalesce(rejected_events.repeats, 1) + excluded.repeats, "
+            "last_received_at = excluded.last_received_at",
+            params,
+        )
 
     def note_activity(self, counts: dict[tuple[str, str], int], received_at: datetime) -> None:
         """Add stored-event counts per (cloud, source) to ``cloud_activity``, in key order (no deadlocks)."""
@@ -231,11 +260,24 @@ class Store(abc.ABC):
         where = f"WHERE {' AND '.join(clauses)}" if clauses else ""
         rows = self.query(
             f"SELECT id, received_at, reason, message, origin, cloud, event_id, substr(raw, 1, {RAW_PREFIX_CHARS}), "
-            f"{self.raw_bytes_sql}, coalesce(length(raw) > {RAW_PREFIX_CHARS}, false) "
+            f"{self.raw_bytes_sql}, coalesce(length(raw) > {RAW_PREFIX_CHARS}, false), coalesce(repeats, 1), "
+            "coalesce(last_received_at, received_at) "
             f"FROM rejected_events {where} ORDER BY id DESC LIMIT %s",
             [*params, limit],
         )
         return [RejectedEntry(*row) for row in rows]
+
+    def purge_rejected(self, before: datetime) -> int:
+        """Delete dead-letter rows last received before ``before``; return how many went."""
+
+        def purge(uow: UnitOfWork) -> int:
+            where = "coalesce(last_received_at, received_at) < %s"
+            n = int(uow.fetchall(f"SELECT count(*) FROM rejected_events WHERE {where}", [before])[0][0])
+            if n:
+                uow.execute(f"DELETE FROM rejected_events WHERE {where}", [before])
+            return n
+
+        return self.run(purge)
 
     def rejected_raw(self, rejected_id: int) -> tuple[bool, str | None]:
         """One dead-letter row's whole raw item: (found, raw)."""

@@ -111,6 +111,10 @@ class DuckDBUnitOfWork(UnitOfWork):
         return {(cloud, event_id): digest for cloud, event_id, digest in rows}
 
     def insert_rejections(self, rows: Sequence[RejectedRow], received_at: datetime) -> None:
+        conflicts = [r for r in rows if r.conflict_key is not None]
+        if conflicts:
+            self.upsert_conflicts(conflicts, received_at)
+            rows = [r for r in rows if r.conflict_key is None]
         if not rows:
             return
         self.con.executemany(

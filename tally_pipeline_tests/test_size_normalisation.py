@@ -113,3 +113,29 @@ def test_an_older_history_holding_floats_is_migrated_and_refolded(fresh_url, reg
         projection.refresh(old)
         size = old.query("SELECT size FROM resource_intervals WHERE resource_id = 'srv-1'")[0][0]
         assert (json.loads(size) if isinstance(size, str) else size)["vcpus"] == 2
+
+
+def test_reconciliation_books_a_float_size_as_integers_and_converges(store, registry) -> None:
+    from tally_pipeline.adapters.simulated import SimulatedAdapter
+    from tally_pipeline.fakes.static_view import StaticView
+    from tally_pipeline.sim.platform import PlatformRecord
+    from tally_pipeline.sync import run_sync
+
+    now = datetime(2026, 3, 2, 12, 0, tzinfo=UTC)
+    created = datetime(2026, 3, 1, tzinfo=UTC)
+    record = PlatformRecord("volume", "v-float", "p1", {"gb": 10.0, "volume_type": None}, "available", None,
+                            created, created, None, "v-float")
+    view = StaticView.of([record])
+    ingestor = Ingestor(store, registry)
+
+    def sync(run_key: str):
+        adapter = SimulatedAdapter(view, "c1", resource_types=("volume",))
+        return run_sync(store, ingestor, "c1", adapter, settle_window=300, mass_delete_guard=0.5, now=now,
+                        run_key=run_key)
+
+    assert sync("tick:1").created == 1
+    (payload,) = [p for (p,) in store.query("SELECT payload FROM events WHERE resource_id = 'v-float'")]
+    size = (json.loads(payload) if isinstance(payload, str) else payload)["size"]
+    assert type(size["gb"]) is int and size["gb"] == 10
+    again = sync("tick:2")
+    assert (again.created, again.updated) == (0, 0)  # 10.0 on the platform is the 10 stored: nothing to correct

@@ -187,7 +187,7 @@ class BatchOutcome:
     stored: int = 0
     duplicates: int = 0
     rejected: int = 0
-    dead_letter_chars: int = 0  # what this batch wrote to the dead letter (raw items and messages)
+    dead_letter_bytes: int = 0  # what this batch wrote to the dead letter (raw items and messages, UTF-8)
 
     def as_json(self) -> dict[str, Any]:
         return {
@@ -257,6 +257,10 @@ def _deep_json(value: Any) -> str:
         else:
             out.append(json.dumps(top, ensure_ascii=True, default=repr))
     return "".join(out)
+
+
+def _utf8_len(text: str) -> int:
+    return len(text) if text.isascii() else len(text.encode("utf-8", errors="replace"))
 
 
 def _hint(item: Any, key: str) -> str | None:
@@ -410,7 +414,7 @@ class Ingestor:
                 if winners.get((r.cloud, r.event_id), r.content_hash) != r.content_hash
             ]
             uow.insert_rejections([*batch.rejections, *conflicts], received_at)
-            dead_bytes[0] = sum(len(row.raw or "") + len(row.message) for row in (*batch.rejections, *conflicts))
+            dead_bytes[0] = sum(_utf8_len(row.raw or "") + _utf8_len(row.message) for row in (*batch.rejections, *conflicts))
             activity = Counter((r.cloud, r.source) for _, r in accepted if (r.cloud, r.event_id) in inserted)
             uow.note_activity(dict(activity), received_at)
             return inserted, winners
@@ -418,7 +422,7 @@ class Ingestor:
         inserted, winners = self.store.run(work)
 
         results = batch.results
-        outcome = BatchOutcome(results=[], rejected=len(batch.rejections), dead_letter_chars=dead_bytes[0])
+        outcome = BatchOutcome(results=[], rejected=len(batch.rejections), dead_letter_bytes=dead_bytes[0])
         for index, record in (*batch.accepted, *batch.repeats):
             key = (record.cloud, record.event_id)
             if index == batch.first_seen[key] and key in inserted:

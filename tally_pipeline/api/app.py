@@ -181,7 +181,7 @@ async def post_events(ctx: ApiContext, request: Request) -> Response:
     outcome: BatchOutcome = await run_in_threadpool(
         ctx.ingestor.ingest, items, origin="api", may_write=principal.may_ingest, raw_of=BodyItemTexts(body, items)
     )
-    _charge(ctx, principal, outcome.dead_letter_chars)
+    _charge(ctx, principal, outcome.dead_letter_bytes)
     ctx.metrics.count_outcome(outcome)
     return JSON(outcome.as_json())
 
@@ -195,7 +195,7 @@ async def post_event(ctx: ApiContext, request: Request) -> Response:
     outcome: BatchOutcome = await run_in_threadpool(
         ctx.ingestor.ingest, [item], origin="api", may_write=principal.may_ingest, raw_of=lambda _: raw_text(body)
     )
-    _charge(ctx, principal, outcome.dead_letter_chars)
+    _charge(ctx, principal, outcome.dead_letter_bytes)
     ctx.metrics.count_outcome(outcome)
     result = outcome.results[0]
     body = result.as_json()

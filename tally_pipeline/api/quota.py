@@ -1,6 +1,6 @@
 """A per-token limit on what a writer may put into the dead letter.
 
-Each token has a bucket of dead-lettered characters that drains at ``per_minute / 60`` a second. A
+Each token has a bucket of dead-lettered bytes (UTF-8) that drains at ``per_minute / 60`` a second. A
 request is refused (429, ``Retry-After``) while its token's bucket holds more than one minute's
 worth; what a request dead-letters is added once it is known. So a token may overshoot by one
 request (at most the body limit), then writes at the configured rate. Held per API process: with

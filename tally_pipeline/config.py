@@ -132,7 +132,7 @@ class AlertSettings(_Strict):
 class DeadLetterSettings(_Strict):
     retention_days: int = Field(default=30, ge=1, description="rows older than this are deleted by the daily purge")
     max_bytes_per_minute: int = Field(
-        default=1024 * 1024, ge=1024,
+        default=16 * 1024 * 1024, ge=1024,
         description="dead-lettered bytes one token may cause per minute (per API process); beyond: 429")
 
 

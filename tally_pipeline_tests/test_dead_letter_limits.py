@@ -121,4 +121,4 @@ def test_a_token_over_its_dead_letter_rate_gets_429_with_retry_after(store) -> N
     now[0] += wait
     assert client.post("/v1/events", json={"events": [event()]}, headers=writer).status_code == 200
     assert len(store.rejected(limit=1000)) == rows_before
-    assert build_api(store).ctx.dead_letter_quota.per_minute == 1024 * 1024  # the configured default
+    assert build_api(store).ctx.dead_letter_quota.per_minute == 16 * 1024 * 1024  # the configured default

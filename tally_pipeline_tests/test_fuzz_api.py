@@ -15,6 +15,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from starlette.testclient import TestClient
 
+from tally_pipeline.api.quota import DeadLetterQuota
 from tally_pipeline.store import Store
 from tally_pipeline_tests.api_setup import build_api
 from tally_pipeline_tests.api_setup import memory_or_postgres_store  # noqa: F401 - provides "store" here
@@ -29,8 +30,10 @@ FUZZ = settings(max_examples=25, deadline=None, suppress_health_check=[HealthChe
 @pytest.fixture
 def client(store: Store) -> TestClient:
     # Anonymous (no tokens file), as on loopback: auth has its own tests; here every request reaches the store.
-    return TestClient(build_api(store, max_body_bytes=5 * 1024 * 1024, anonymous=True).app,
-                      raise_server_exceptions=False)
+    # No dead-letter rate either (test_dead_letter_limits.py has its own): this client floods on purpose.
+    api = build_api(store, max_body_bytes=5 * 1024 * 1024, anonymous=True)
+    api.ctx.dead_letter_quota = DeadLetterQuota(2**62)
+    return TestClient(api.app, raise_server_exceptions=False)
 
 
 def last_dead_letter_id(store: Store) -> int:

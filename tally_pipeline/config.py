@@ -137,6 +137,13 @@ class AlertSettings(_Strict):
                      timedelta(seconds=self.sync_stale_after), self.drift_high)
 
 
+class DeadLetterSettings(_Strict):
+    retention_days: int = Field(default=30, ge=1, description="rows older than this are deleted by the daily purge")
+    max_bytes_per_minute: int = Field(
+        default=16 * 1024 * 1024, ge=1024,
+        description="dead-lettered bytes one token may cause per minute (per API process); beyond: 429")
+
+
 class ApiSettings(_Strict):
     host: str = "127.0.0.1"
     port: int = Field(default=8080, ge=0, le=65535)
@@ -159,6 +166,7 @@ class TallyConfig(_Strict):
     ledger: LedgerSettings = Field(default_factory=LedgerSettings)
     api: ApiSettings = Field(default_factory=ApiSettings)
     alerts: AlertSettings = Field(default_factory=AlertSettings)
+    dead_letter: DeadLetterSettings = Field(default_factory=DeadLetterSettings)
 
     @field_validator("database")
     @classmethod

@@ -12,7 +12,7 @@ from typing import Any
 import dagster as dg
 
 from tally_pipeline.config import load_config
-from tally_pipeline.defs import alerts, ingest, ledger, projection, reconciliation, usage
+from tally_pipeline.defs import alerts, ingest, ledger, projection, reconciliation, retention, usage
 from tally_pipeline.defs.partitions import cloud_partitions
 from tally_pipeline.defs.resources import Ledger, PlatformAdapters, TallyStore, WallClock
 
@@ -48,7 +48,7 @@ def build_definitions(
         ],
         asset_checks=alerts.alert_checks,
         jobs=[ingest.landing_job, *recon["jobs"], usage.usage_daily_job, ledger.posting_job],
-        schedules=[*recon["schedules"], usage.usage_daily_schedule, ledger.posting_schedule],
+        schedules=[*recon["schedules"], usage.usage_daily_schedule, ledger.posting_schedule, retention.dead_letter_retention_schedule],
         sensors=[ingest.landing_files_sensor, ingest.api_writes, *recon["sensors"], *alerts.alert_sensors],
         resources=resources or default_resources(config_path, database),
     )

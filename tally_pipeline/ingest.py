@@ -1,7 +1,9 @@
 """The ingest core: the only route into ``events``, shared by the API, landing files and reconciliation.
 
 A batch of received items goes in; one outcome per item comes out, in order: ``stored``,
-``duplicate`` (the event_id is already held; first write wins) or ``rejected`` (with a reason).
+``duplicate`` (the cloud already holds the event_id; first write wins) or ``rejected`` (with a reason).
+An event's identity is ``(cloud, event_id)``: the same id in two clouds is two events, so no writer
+can shadow another cloud's events or learn which ids it holds.
 The whole batch is one transaction: stored events and dead-letter rows commit together or not at all.
 """
 
@@ -17,9 +19,10 @@ from typing import Any, Literal
 
 import orjson
 
-from tally_pipeline.core.envelope import EVENT_ID_MAX, EventRecord, Rejection, validate_event
+from tally_pipeline.core.envelope import EVENT_ID_MAX, EventRecord, Rejection, is_cloud_name, validate_event
+from tally_pipeline.core.jsontext import array_item_texts
 from tally_pipeline.core.registry import SizeSchemaRegistry
-from tally_pipeline.store.base import RejectedRow, Store, UnitOfWork
+from tally_pipeline.store.base import EventKey, RejectedRow, Store, UnitOfWork
 
 MAX_BATCH = 1000
 Status = Literal["stored", "duplicate", "rejected"]
@@ -42,7 +45,7 @@ class ItemOutcome:
     conflict: bool = False
 
     def as_json(self) -> dict[str, Any]:
-        """The item's entry in an HTTP response (DESIGN.md §4.3)."""
+        """The item's entry in an HTTP response (docs/api.md)."""
         out: dict[str, Any] = {"index": self.index, "event_id": self.event_id, "status": self.status}
         if self.reason is not None:
             out["reason"] = self.reason
@@ -54,33 +57,36 @@ class ItemOutcome:
 
 #: Validates one item for a writer: the envelope, then what this writer may write.
 Check = Callable[[Any], EventRecord | Rejection]
+#: The text of a batch's item ``index`` as received, for the dead letter.
+RawOf = Callable[[int], str]
 
 
 class PreparedBatch:
     """A batch on its way to the store: what each item is, before the store has a say.
 
-    Items are validated in event_id order, on demand: ``new_records`` hands out each event_id's
-    first valid occurrence while later items are still unchecked, so a store can write one event
+    Items are validated in key order (cloud, event_id), on demand: ``new_records`` hands out each
+    key's first valid occurrence while later items are still unchecked, so a store can write one event
     while the next is validated (Postgres: the server inserts rows while this process validates
     more). ``finish`` validates whatever is left; afterwards every list below is in item order.
     """
 
-    def __init__(self, items: Sequence[Any], origin: str, check: Check):
+    def __init__(self, items: Sequence[Any], origin: str, check: Check, raw_of: RawOf | None = None):
         self.items = items
         self.origin = origin
+        self.raw_of: RawOf = raw_of or (lambda index: raw_json(items[index]))
         self.results: list[ItemOutcome | None] = [None] * len(items)
         self.rejections: list[RejectedRow] = []
-        self.accepted: list[tuple[int, EventRecord]] = []  # first valid occurrence of each id
+        self.accepted: list[tuple[int, EventRecord]] = []  # first valid occurrence of each key
         self.repeats: list[tuple[int, EventRecord]] = []  # later occurrences in the batch
-        self.first_seen: dict[str, int] = {}
+        self.first_seen: dict[EventKey, int] = {}
         self._check = check
-        self._order, self.candidate_ids = _event_id_order(items)
+        self._order, self.candidate_keys = _key_order(items)
         self._next = 0  # how much of _order is validated
-        self._new: list[EventRecord] = []  # accepted records, in event_id order
+        self._new: list[EventRecord] = []  # accepted records, in key order
         self._rejected: list[tuple[int, RejectedRow]] = []
 
     def new_records(self) -> Iterator[EventRecord]:
-        """The accepted records in event_id order, validating as they are asked for.
+        """The accepted records in key order, validating as they are asked for.
 
         Each call starts again from the first record (a store may iterate twice: a unit of work
         retried, a fallback after a failed copy); nothing is validated twice.
@@ -113,12 +119,12 @@ class PreparedBatch:
             cloud = _hint(item, "cloud")
             self.results[index] = ItemOutcome(index, event_id, "rejected", cloud, checked.reason, checked.message)
             self._rejected.append(
-                (index, RejectedRow(checked.reason, checked.message, self.origin, raw_json(item), cloud, event_id))
+                (index, RejectedRow(checked.reason, checked.message, self.origin, self.raw_of(index), cloud, event_id))
             )
-        elif checked.event_id in self.first_seen:  # equal ids go in item order: the first valid one wins
-            self.repeats.append((index, checked))
+        elif (key := (checked.cloud, checked.event_id)) in self.first_seen:
+            self.repeats.append((index, checked))  # equal keys go in item order: the first valid one wins
         else:
-            self.first_seen[checked.event_id] = index
+            self.first_seen[key] = index
             self.accepted.append((index, checked))
             self._new.append(checked)
 
@@ -127,34 +133,39 @@ def _first(pair: tuple[int, Any]) -> int:
     return pair[0]
 
 
-def _event_id_order(items: Sequence[Any]) -> tuple[list[int], list[str]]:
-    """Item positions in event_id order (ties in item order), and the distinct ids worth looking up.
+def _key_order(items: Sequence[Any]) -> tuple[list[int], list[EventKey]]:
+    """Item positions in key order (ties in item order), and the distinct keys worth looking up.
 
     The order is taken from the raw items, before validation: an accepted record keeps its item's
-    event_id, and an item without a string event_id is never accepted, so those go last. The ids
-    worth looking up are those a valid event could have (1 to EVENT_ID_MAX characters, no NUL,
-    UTF-8): the others could not even be sent to the database as a parameter.
+    cloud and event_id, and an item without string ones is never accepted, so those go last. The
+    keys worth looking up are those a valid event could have (an id of 1 to EVENT_ID_MAX
+    characters, no NUL, UTF-8; a cloud matching its pattern): the others could not even be sent to
+    the database as a parameter.
     """
-    ids: list[str] = []
+    keys: list[EventKey] = []
     positions: list[int] = []
     rest: list[int] = []
     for index, item in enumerate(items):
-        event_id = dict.get(item, "event_id") if isinstance(item, dict) else None
-        if isinstance(event_id, str):
-            ids.append(event_id if type(event_id) is str else str.__str__(event_id))  # a str subclass sorts as its str
-            positions.append(index)
-        else:
-            rest.append(index)
-    by_id = sorted(range(len(ids)), key=ids.__getitem__)  # stable: equal ids keep item order
-    order = [positions[k] for k in by_id]
+        if isinstance(item, dict):
+            event_id = dict.get(item, "event_id")
+            cloud = dict.get(item, "cloud")
+            if isinstance(event_id, str) and isinstance(cloud, str):
+                # a str subclass sorts as its str
+                keys.append((cloud if type(cloud) is str else str.__str__(cloud),
+                             event_id if type(event_id) is str else str.__str__(event_id)))
+                positions.append(index)
+                continue
+        rest.append(index)
+    by_key = sorted(range(len(keys)), key=keys.__getitem__)  # stable: equal keys keep item order
+    order = [positions[k] for k in by_key]
     order += rest
-    candidates: list[str] = []
+    candidates: list[EventKey] = []
     previous = None
-    for k in by_id:
-        event_id = ids[k]
-        if event_id != previous and _may_be_stored(event_id):
-            candidates.append(event_id)
-        previous = event_id
+    for k in by_key:
+        key = keys[k]
+        if key != previous and _may_be_stored(key[1]) and is_cloud_name(key[0]):
+            candidates.append(key)
+        previous = key
     return order, candidates
 
 
@@ -176,6 +187,7 @@ class BatchOutcome:
     stored: int = 0
     duplicates: int = 0
     rejected: int = 0
+    dead_letter_bytes: int = 0  # what this batch wrote to the dead letter (raw items and messages, UTF-8)
 
     def as_json(self) -> dict[str, Any]:
         return {
@@ -196,6 +208,26 @@ def raw_json(item: Any) -> str:
         except RecursionError:  # nested deeper than the recursive encoders go (JSON parsers allow ~1000)
             text = _deep_json(item)
     return text.replace("\x00", "\\u0000")
+
+
+class BodyItemTexts:
+    """Each item's text exactly as received in a body ``{"events": [...]}``, cut out of the body only
+    when the dead letter first asks for one (a batch with nothing to dead-letter never pays)."""
+
+    def __init__(self, body: bytes, items: Sequence[Any]):
+        self._body = body
+        self._items = items
+        self._texts: list[str] | None = None
+        self._cut = False
+
+    def __call__(self, index: int) -> str:
+        if not self._cut:
+            self._cut = True
+            texts = array_item_texts(self._body.decode("utf-8", errors="backslashreplace"))
+            self._texts = texts if texts is not None and len(texts) == len(self._items) else None
+        if self._texts is None:  # not expected once the body parsed; never lose the item
+            return raw_json(self._items[index])
+        return self._texts[index].replace("\x00", "\\u0000")
 
 
 @dataclass(frozen=True, slots=True)
@@ -225,6 +257,10 @@ def _deep_json(value: Any) -> str:
         else:
             out.append(json.dumps(top, ensure_ascii=True, default=repr))
     return "".join(out)
+
+
+def _utf8_len(text: str) -> int:
+    return len(text) if text.isascii() else len(text.encode("utf-8", errors="replace"))
 
 
 def _hint(item: Any, key: str) -> str | None:
@@ -284,14 +320,16 @@ class Ingestor:
         origin: str,
         may_write: Callable[[str], bool] = allow_all,
         sources: tuple[str, ...] = ("collector",),
+        raw_of: RawOf | None = None,
     ) -> BatchOutcome:
         """Validate and store one batch (at most 1000 items) in one transaction.
 
         ``origin`` says where the batch came from (``api``, ``file:NAME``, ``sync:CLOUD``) and is
         kept with dead-letter rows. ``may_write`` decides which clouds this writer may write;
         ``sources`` which ``source`` values it may claim (only reconciliation writes its own).
+        ``raw_of`` gives an item's text as received (default: the item written as JSON).
         """
-        return self.commit(self._batch(items, origin, may_write, sources))
+        return self.commit(self._batch(items, origin, may_write, sources, raw_of))
 
     def prepare(
         self,
@@ -307,7 +345,12 @@ class Ingestor:
         return batch
 
     def _batch(
-        self, items: Sequence[Any], origin: str, may_write: Callable[[str], bool], sources: tuple[str, ...]
+        self,
+        items: Sequence[Any],
+        origin: str,
+        may_write: Callable[[str], bool],
+        sources: tuple[str, ...],
+        raw_of: RawOf | None = None,
     ) -> PreparedBatch:
         """A batch not validated yet: ``commit`` validates it while the store writes."""
         if len(items) > MAX_BATCH:
@@ -327,7 +370,7 @@ class Ingestor:
                 )
             return checked
 
-        return PreparedBatch(items, origin, check)
+        return PreparedBatch(items, origin, check, raw_of)
 
     def commit(self, batch: PreparedBatch) -> BatchOutcome:
         """Store a batch in one transaction and say what became of each item.
@@ -335,53 +378,58 @@ class Ingestor:
         A store that takes events as a stream gets them while the batch is still being validated;
         any other gets the whole list, in item order, once validation is done.
         """
-        items, origin = batch.items, batch.origin
+        origin = batch.origin
         streaming = self.store.streams_events
         if not streaming:
             batch.finish()  # validate before taking a connection, the store's lock or file
 
-        def work(uow: UnitOfWork) -> tuple[set[str], dict[str, str]]:
+        dead_bytes = [0]
+
+        def work(uow: UnitOfWork) -> tuple[set[EventKey], dict[EventKey, str]]:
             received_at = self.clock()
             if streaming:
-                inserted = uow.insert_event_stream(batch.candidate_ids, _Restartable(batch.new_records), received_at)
+                inserted = uow.insert_event_stream(batch.candidate_keys, _Restartable(batch.new_records), received_at)
                 batch.finish()
             else:
                 inserted = uow.insert_events([record for _, record in batch.accepted], received_at)
             accepted, repeats = batch.accepted, batch.repeats
-            # The winner of an id (first write wins) is the stored row when the id was held already,
+            # The winner of a key (first write wins) is the stored row when the key was held already,
             # else the record just inserted; only the held ones need asking for, and the inserted
             # ones matter only to their repeats.
-            winners = uow.content_hashes(sorted(r.event_id for _, r in accepted if r.event_id not in inserted))
+            winners = uow.content_hashes(sorted(k for _, r in accepted if (k := (r.cloud, r.event_id)) not in inserted))
             if repeats:
-                winners.update({r.event_id: r.content_hash for _, r in accepted if r.event_id in inserted})
+                winners.update({k: r.content_hash for _, r in accepted if (k := (r.cloud, r.event_id)) in inserted})
             conflicts = [
                 RejectedRow(
                     "duplicate_conflict",
-                    f"duplicate_conflict: event_id {r.event_id!r} is already stored with different content; "
-                    "the first write wins",
+                    f"duplicate_conflict: event_id {r.event_id!r} is already stored in cloud {r.cloud!r} with "
+                    "different content; the first write wins",
                     origin,
-                    raw_json(items[i]),
+                    batch.raw_of(i),
                     r.cloud,
                     r.event_id,
+                    r.content_hash,
                 )
                 for i, r in ((*accepted, *repeats) if winners else ())
-                if winners.get(r.event_id, r.content_hash) != r.content_hash
+                if winners.get((r.cloud, r.event_id), r.content_hash) != r.content_hash
             ]
             uow.insert_rejections([*batch.rejections, *conflicts], received_at)
-            activity = Counter((r.cloud, r.source) for _, r in accepted if r.event_id in inserted)
+            dead_bytes[0] = sum(_utf8_len(row.raw or "") + _utf8_len(row.message) for row in (*batch.rejections, *conflicts))
+            activity = Counter((r.cloud, r.source) for _, r in accepted if (r.cloud, r.event_id) in inserted)
             uow.note_activity(dict(activity), received_at)
             return inserted, winners
 
         inserted, winners = self.store.run(work)
 
         results = batch.results
-        outcome = BatchOutcome(results=[], rejected=len(batch.rejections))
+        outcome = BatchOutcome(results=[], rejected=len(batch.rejections), dead_letter_bytes=dead_bytes[0])
         for index, record in (*batch.accepted, *batch.repeats):
-            if index == batch.first_seen[record.event_id] and record.event_id in inserted:
+            key = (record.cloud, record.event_id)
+            if index == batch.first_seen[key] and key in inserted:
                 results[index] = ItemOutcome(index, record.event_id, "stored", record.cloud)
                 outcome.stored += 1
             else:
-                conflict = winners.get(record.event_id, record.content_hash) != record.content_hash
+                conflict = winners.get(key, record.content_hash) != record.content_hash
                 results[index] = ItemOutcome(index, record.event_id, "duplicate", record.cloud, conflict=conflict)
                 outcome.duplicates += 1
         outcome.results = results  # type: ignore[assignment]  # every slot is filled by now

@@ -2,7 +2,8 @@
 
 Read in constant memory (an event at a time), so a file of millions of events streams through the
 ingest core in batches. A line that is not JSON is not an event: it goes to the dead letter with its
-line number and the reading carries on.
+line number and the reading carries on. Items are read exactly (numbers as written, duplicate keys
+seen: ``core.jsontext``), and each keeps its own text as written for the dead letter.
 """
 
 from __future__ import annotations
@@ -18,10 +19,18 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
-import orjson
+from tally_pipeline.core.jsontext import BadJson, decode_item, loads_exact
 
 _BATCH_DOC = re.compile(rb'^\s*\{\s*"events"\s*:\s*\[')
 _CHUNK = 1 << 16
+
+
+@dataclass(frozen=True, slots=True)
+class ReadItem:
+    """One item of a landing file: its parsed value and its text exactly as written."""
+
+    value: Any
+    raw: str
 
 
 @dataclass(frozen=True)
@@ -68,8 +77,8 @@ def resolve_landing_path(landing_dir: str | os.PathLike[str], name: str | os.Pat
     return real
 
 
-def read_items(stream: IO[bytes]) -> Iterator[Any | BadLine]:
-    """Yield each event item of a landing file (a parsed JSON value), or a ``BadLine``."""
+def read_items(stream: IO[bytes]) -> Iterator[ReadItem | BadLine]:
+    """Yield each event item of a landing file (parsed, with its text), or a ``BadLine``."""
     buffered = io.BufferedReader(stream) if not isinstance(stream, io.BufferedReader) else stream  # type: ignore[arg-type]
     head = buffered.peek(256)[:256]
     if _BATCH_DOC.match(head):
@@ -78,20 +87,19 @@ def read_items(stream: IO[bytes]) -> Iterator[Any | BadLine]:
         yield from _read_lines(buffered)
 
 
-def _read_lines(stream: IO[bytes]) -> Iterator[Any | BadLine]:
+def _read_lines(stream: IO[bytes]) -> Iterator[ReadItem | BadLine]:
     for number, line in enumerate(stream, start=1):
         if not line.strip():
             continue
+        text = line.decode("utf-8", errors="backslashreplace").strip(" \t\r\n").replace("\x00", "\\u0000")
         try:
-            yield orjson.loads(line)
-        except orjson.JSONDecodeError as exc:
-            text = line.decode("utf-8", errors="backslashreplace").rstrip("\r\n").replace("\x00", "\\u0000")
+            yield ReadItem(loads_exact(line.strip(b" \t\r\n")), text)
+        except BadJson as exc:
             yield BadLine(number, text, "invalid_json", f"invalid_json: line {number}: {exc}")
 
 
-def _read_document(stream: IO[bytes]) -> Iterator[Any | BadLine]:
+def _read_document(stream: IO[bytes]) -> Iterator[ReadItem | BadLine]:
     """Stream the elements of ``{"events": [...]}`` one at a time with a sliding buffer."""
-    decoder = json.JSONDecoder()
     utf8 = codecs.getincrementaldecoder("utf-8")(errors="surrogateescape")
     text = ""
     pos = 0
@@ -129,7 +137,7 @@ def _read_document(stream: IO[bytes]) -> Iterator[Any | BadLine]:
             return
         while True:
             try:
-                value, end = decoder.raw_decode(text, pos)
+                value, end = decode_item(text, pos)
                 # A number at the very end of the buffer may continue in the next chunk.
                 if end < len(text) or eof:
                     break
@@ -138,7 +146,7 @@ def _read_document(stream: IO[bytes]) -> Iterator[Any | BadLine]:
             except json.JSONDecodeError as exc:
                 if eof or not fill():
                     raise LandingFileError(f"events[{index}] is not valid JSON: {exc.msg}") from None
-        yield value
+        yield ReadItem(value, text[pos:end].replace("\x00", "\\u0000"))
         index += 1
         pos = end
 
@@ -192,6 +200,7 @@ def ingest_file(
         else:
             raw_file.seek(0)
         batch: list[Any] = []
+        raws: list[str] = []
         bad: list[RejectedRow] = []
 
         def flush() -> None:
@@ -202,7 +211,7 @@ def ingest_file(
                     summary.reasons[row.reason] = summary.reasons.get(row.reason, 0) + 1  # type: ignore[index]
                 bad.clear()
             if batch:
-                outcome = ingestor.ingest(batch, origin=origin)
+                outcome = ingestor.ingest(batch, origin=origin, raw_of=list(raws).__getitem__)
                 summary.stored += outcome.stored
                 summary.duplicates += outcome.duplicates
                 summary.rejected += outcome.rejected
@@ -210,6 +219,7 @@ def ingest_file(
                     if result.reason:
                         summary.reasons[result.reason] = summary.reasons.get(result.reason, 0) + 1  # type: ignore[index]
                 batch.clear()
+                raws.clear()
             if progress is not None:
                 progress(raw_file.tell())
 
@@ -219,7 +229,8 @@ def ingest_file(
                 if isinstance(item, BadLine):
                     bad.append(RejectedRow(item.reason, item.message, origin, item.raw))
                 else:
-                    batch.append(item)
+                    batch.append(item.value)
+                    raws.append(item.raw)
                 if len(batch) + len(bad) >= batch_size:
                     flush()
         except (LandingFileError, OSError, EOFError) as exc:

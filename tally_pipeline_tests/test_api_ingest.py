@@ -5,17 +5,13 @@ from __future__ import annotations
 import gzip
 import hashlib
 import json
-import re
 
 import httpx
 import pytest
-from hypothesis import given, settings
-from hypothesis import strategies as st
 from starlette.testclient import TestClient
 
 from tally_pipeline.api.app import ApiContext, create_app
 from tally_pipeline.api.auth import TokenBook
-from tally_pipeline.api.bodies import has_long_digit_run
 from tally_pipeline.ingest import Ingestor
 from tally_pipeline_tests.events import event
 from tally_pipeline_tests.servers import serve_in_thread
@@ -217,10 +213,3 @@ def test_over_a_real_socket(ctx, store) -> None:
         assert bad.status_code == 400
         assert http.get("/healthz").json()["status"] == "ok"
     assert store.event_count() == 300
-
-
-@settings(max_examples=500, deadline=None)
-@given(st.lists(st.one_of(st.binary(max_size=8), st.sampled_from([b"0", b"9", b"5" * 18, b"1" * 19, b"x"])), max_size=12))
-def test_the_long_digit_run_check_is_the_regular_expression(parts: list[bytes]) -> None:
-    body = b"".join(parts)
-    assert has_long_digit_run(body) == (re.search(rb"[0-9]{19}", body) is not None)

@@ -18,7 +18,7 @@ from starlette.testclient import TestClient
 
 from tally_pipeline.api import auth
 from tally_pipeline.api.auth import TokenBook
-from tally_pipeline.store import Store, open_store
+from tally_pipeline.store import RejectedRow, Store, open_store
 from tally_pipeline_tests.api_setup import ALL, SIM_CLOUD, TOKENS, bearer, build_api
 from tally_pipeline_tests.api_setup import memory_or_postgres_store  # noqa: F401 - provides "store" here
 from tally_pipeline_tests.collector_api import volume_event
@@ -121,6 +121,7 @@ def _requests(n: int) -> dict[tuple[str, str], Callable[[], tuple[str, dict[str,
         ("/v1/events", "POST"): lambda: ("/v1/events", {"json": {"events": [volume_event(n)]}}),
         ("/v1/event", "POST"): lambda: ("/v1/event", {"json": volume_event(n)}),
         ("/v1/rejected", "GET"): lambda: ("/v1/rejected", {}),
+        ("/v1/rejected/{rejected_id}/raw", "GET"): lambda: ("/v1/rejected/1/raw", {}),
         ("/v1/resources/{cloud}/{resource_type}/{resource_id}/events", "GET"):
             lambda: ("/v1/resources/c1/volume/vol-seed/events", {}),
         ("/v1/resources/{cloud}/{resource_type}/{resource_id}/lifecycle", "GET"):
@@ -152,6 +153,7 @@ def test_every_route_answers_every_caller_as_its_scopes_say() -> None:
         api = build_api(store)
         store_seed = api.ctx.ingestor.ingest([volume_event(0, resource_id="vol-seed", event_id="seed")], origin="t")
         assert store_seed.stored == 1
+        api.ctx.ingestor.dead_letter([RejectedRow("invalid_json", "invalid_json: seed", "t", "{")])  # row 1
         client = TestClient(api.app)
         operations = app_operations(api.app)
         assert set(_requests(0)) == operations, "a route without a request in this test"

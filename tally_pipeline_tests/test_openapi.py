@@ -14,6 +14,7 @@ from schemathesis import GenerationMode
 from schemathesis.checks import negative_data_rejection, positive_data_acceptance
 from starlette.testclient import TestClient
 
+from tally_pipeline.api.quota import DeadLetterQuota
 from tally_pipeline.store import Store, open_store
 from tally_pipeline.store.postgres_store import PostgresStore
 from tally_pipeline_tests.api_setup import ALL, SIM_CLOUD, bearer, build_api, closed_port, token_for
@@ -108,6 +109,19 @@ def test_every_documented_answer_is_produced_and_matches_the_spec(store: Store, 
     call(client, "GET", "/v1/rejected", 401)
     call(client, "GET", "/v1/rejected", 403, headers=admin)
     call(down, "GET", "/v1/rejected", 503, headers=reader)
+    # a token over its dead-letter rate: 429 on both ingest routes
+    tight = build_api(store)
+    tight.ctx.dead_letter_quota = DeadLetterQuota(1024, clock=lambda: 0.0)
+    flood = TestClient(tight.app)
+    call(flood, "POST", "/v1/events", 200, headers=writer, json={"events": [{"junk": "x" * 2000}]})
+    call(flood, "POST", "/v1/events", 429, headers=writer, json={"events": []})
+    call(flood, "POST", "/v1/event", 429, headers=writer, json=volume_event(9))
+    # GET /v1/rejected/{id}/raw
+    call(client, "GET", f"/v1/rejected/{page['rejected'][0]['id']}/raw", 200, headers=reader)
+    call(client, "GET", "/v1/rejected/999999999/raw", 404, headers=reader)
+    call(client, "GET", "/v1/rejected/1/raw", 401)
+    call(client, "GET", "/v1/rejected/1/raw", 403, headers=admin)
+    call(down, "GET", "/v1/rejected/1/raw", 503, headers=reader)
     # the resource routes
     nul = quote("nul\x00")
     for leaf in ("events", "lifecycle"):

@@ -1,4 +1,4 @@
-"""The HTTP API (DESIGN.md §4.3): ingest, the dead letter, queries, internal calls, health and metrics.
+"""The HTTP API (docs/api.md, docs/openapi.yaml): ingest, the dead letter, queries, internal calls, health and metrics.
 
 Handlers that touch the database run in Starlette's thread pool (the stores are synchronous); only
 body reading is async. A store that cannot be reached answers 503 with nothing half-written.
@@ -28,8 +28,9 @@ from starlette.routing import Route
 from tally_pipeline.api.auth import ANONYMOUS_LOCAL, Principal, TokenBook
 from tally_pipeline.api.bodies import BadBody, BodyTooLarge, events_of, parse_json, raw_text, read_limited
 from tally_pipeline.api.metrics import CONTENT_TYPE, ApiMetrics, store_families
+from tally_pipeline.api.quota import DEFAULT_PER_MINUTE, DeadLetterQuota
 from tally_pipeline.core.timeutil import TimestampError, format_rfc3339, parse_rfc3339
-from tally_pipeline.ingest import MAX_BATCH, BatchOutcome, Ingestor, raw_json
+from tally_pipeline.ingest import MAX_BATCH, BatchOutcome, BodyItemTexts, Ingestor
 from tally_pipeline.redaction import MASK, mask_credentials, redact
 from tally_pipeline.store.base import RejectedRow, Store, StoreBusy, StoreUnavailable
 
@@ -76,6 +77,14 @@ class ApiContext:
     max_body_bytes: int = DEFAULT_MAX_BODY
     metrics: ApiMetrics = field(default_factory=ApiMetrics)
     runtime: Any = None  # the Runtime, for calls that need the configuration (a sync)
+    dead_letter_quota: DeadLetterQuota | None = None  # None: from the runtime's configuration (or the default)
+
+    def __post_init__(self) -> None:
+        if self.dead_letter_quota is None:
+            per_minute = DEFAULT_PER_MINUTE
+            if self.runtime is not None:
+                per_minute = self.runtime.config.dead_letter.max_bytes_per_minute
+            self.dead_letter_quota = DeadLetterQuota(per_minute)
 
 
 class ApiError(Exception):
@@ -146,7 +155,26 @@ def _without_credentials(raw: str, request: Request) -> str:
     return clean.replace(presented, MASK) if len(presented) >= 8 else clean
 
 
-async def _read_json(ctx: ApiContext, request: Request) -> Any:
+def _within_quota(ctx: ApiContext, principal: Principal) -> None:
+    """Refuse a writer whose token has dead-lettered more than its rate allows (429, nothing read)."""
+    assert ctx.dead_letter_quota is not None
+    wait = ctx.dead_letter_quota.retry_after(principal.name)
+    if wait is not None:
+        ctx.metrics.count_request_rejected("dead_letter_quota")
+        response = error(429, "dead_letter_quota",
+                         f"this token dead-lettered more than {ctx.dead_letter_quota.per_minute} bytes a minute; "
+                         "fix the rejected items before sending more", retry_after=wait)
+        response.headers["Retry-After"] = str(wait)
+        raise ApiError(response)
+
+
+def _charge(ctx: ApiContext, principal: Principal, amount: int) -> None:
+    assert ctx.dead_letter_quota is not None
+    ctx.dead_letter_quota.charge(principal.name, amount)
+
+
+async def _read_json(ctx: ApiContext, request: Request, principal: Principal) -> tuple[Any, bytes]:
+    """The parsed body and its bytes (the dead letter keeps an item's text as received)."""
     try:
         body = await read_limited(request, ctx.max_body_bytes)
     except BodyTooLarge as exc:
@@ -157,10 +185,11 @@ async def _read_json(ctx: ApiContext, request: Request) -> Any:
         refusal.headers["Connection"] = "close"
         raise ApiError(refusal) from None
     try:
-        return parse_json(body)
+        return parse_json(body), body
     except BadBody as bad:
         await run_in_threadpool(_dead_letter_body, ctx, bad.error, f"{bad.error}: {bad.detail}",
                                 _without_credentials(raw_text(body), request))
+        _charge(ctx, principal, len(body))
         ctx.metrics.count_request_rejected(bad.error)
         raise ApiError(error(400, bad.error, bad.detail)) from None
 
@@ -169,20 +198,23 @@ async def post_events(ctx: ApiContext, request: Request) -> Response:
     principal = principal_of(ctx, request)
     if not principal.may_ingest_any():
         raise ApiError(error(403, "forbidden", "this token has no ingest scope"))
-    parsed = await _read_json(ctx, request)
+    _within_quota(ctx, principal)
+    parsed, body = await _read_json(ctx, request, principal)
     try:
         items = events_of(parsed)
     except BadBody as bad:
         await run_in_threadpool(_dead_letter_body, ctx, bad.error, f"{bad.error}: {bad.detail}",
-                                _without_credentials(raw_json(parsed), request))
+                                _without_credentials(raw_text(body), request))
+        _charge(ctx, principal, len(body))
         ctx.metrics.count_request_rejected(bad.error)
         raise ApiError(error(400, bad.error, bad.detail)) from None
     if len(items) > MAX_BATCH:
         ctx.metrics.count_request_rejected("batch_too_large")
         return error(413, "batch_too_large", f"{len(items)} events in one batch", max=MAX_BATCH)
     outcome: BatchOutcome = await run_in_threadpool(
-        ctx.ingestor.ingest, items, origin="api", may_write=principal.may_ingest
+        ctx.ingestor.ingest, items, origin="api", may_write=principal.may_ingest, raw_of=BodyItemTexts(body, items)
     )
+    _charge(ctx, principal, outcome.dead_letter_bytes)
     ctx.metrics.count_outcome(outcome, metric_clouds(ctx, principal))
     return JSON(outcome.as_json())
 
@@ -191,10 +223,12 @@ async def post_event(ctx: ApiContext, request: Request) -> Response:
     principal = principal_of(ctx, request)
     if not principal.may_ingest_any():
         raise ApiError(error(403, "forbidden", "this token has no ingest scope"))
-    item = await _read_json(ctx, request)
+    _within_quota(ctx, principal)
+    item, body = await _read_json(ctx, request, principal)
     outcome: BatchOutcome = await run_in_threadpool(
-        ctx.ingestor.ingest, [item], origin="api", may_write=principal.may_ingest
+        ctx.ingestor.ingest, [item], origin="api", may_write=principal.may_ingest, raw_of=lambda _: raw_text(body)
     )
+    _charge(ctx, principal, outcome.dead_letter_bytes)
     ctx.metrics.count_outcome(outcome, metric_clouds(ctx, principal))
     result = outcome.results[0]
     body = result.as_json()
@@ -284,12 +318,34 @@ async def get_rejected(ctx: ApiContext, request: Request) -> Response:
                     "cloud": e.cloud,
                     "event_id": e.event_id,
                     "raw": e.raw,
+                    "raw_bytes": e.raw_bytes,
+                    "raw_truncated": e.raw_truncated,
+                    "raw_url": None if e.raw is None else f"/v1/rejected/{e.id}/raw",
+                    "repeats": e.repeats,
+                    "last_received_at": e.last_received_at,
                 }
                 for e in page
             ],
             "next_cursor": next_cursor,
         }
     )
+
+
+_ROW_ID_MAX = 2**63 - 1
+
+
+async def get_rejected_raw(ctx: ApiContext, request: Request) -> Response:
+    """One dead-letter row's whole raw item, as text: listings carry only a bounded prefix."""
+    require(principal_of(ctx, request), "read")
+    rejected_id = request.path_params["rejected_id"]
+    found, raw = (False, None)
+    if rejected_id <= _ROW_ID_MAX:
+        found, raw = await run_in_threadpool(ctx.store.rejected_raw, rejected_id)
+    if not found:
+        raise ApiError(error(404, "not_found", f"no dead-letter row {rejected_id}"))
+    if raw is None:
+        raise ApiError(error(404, "not_found", f"dead-letter row {rejected_id} holds no raw item"))
+    return Response(raw, media_type="text/plain; charset=utf-8")
 
 
 async def healthz(ctx: ApiContext, request: Request) -> Response:
@@ -347,6 +403,7 @@ def create_app(ctx: ApiContext) -> Starlette:
         Route("/v1/events", guarded(post_events, ctx), methods=["POST"]),
         Route("/v1/event", guarded(post_event, ctx), methods=["POST"]),
         Route("/v1/rejected", guarded(get_rejected, ctx), methods=["GET"]),
+        Route("/v1/rejected/{rejected_id:int}/raw", guarded(get_rejected_raw, ctx), methods=["GET"]),
         Route(f"{resource}/events", guarded(resources.resource_events, ctx), methods=["GET"]),
         Route(f"{resource}/lifecycle", guarded(resources.resource_lifecycle, ctx), methods=["GET"]),
         Route("/v1/inventory", guarded(resources.get_inventory, ctx), methods=["GET"]),

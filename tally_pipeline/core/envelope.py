@@ -16,6 +16,7 @@ from typing import Annotated, Any, Literal
 import orjson
 from pydantic import BaseModel, ConfigDict, StringConstraints, ValidationError
 
+from tally_pipeline.core.jsontext import DuplicateKeys, first_inexact
 from tally_pipeline.core.registry import SizeSchemaRegistry
 from tally_pipeline.core.timeutil import TimestampError, format_rfc3339, parse_rfc3339_iso
 from tally_pipeline.core.verbs import Verb, verb_of
@@ -47,7 +48,7 @@ Source = Literal["collector", "reconciliation"]
 
 
 class Envelope(BaseModel):
-    """The JSON envelope every event arrives in (DESIGN.md §4.1)."""
+    """The JSON envelope every event arrives in (docs/data-dictionary.md)."""
 
     model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
 
@@ -138,6 +139,8 @@ def validate_event_reference(item: Any, registry: SizeSchemaRegistry) -> EventRe
     """The rule itself (the pydantic envelope, then the checks that need the registry); slower."""
     if not isinstance(item, dict):
         return Rejection("invalid_item", f"item: expected a JSON object, got {_json_type(item)}")
+    if isinstance(item, DuplicateKeys):
+        return Rejection("invalid_item", f"invalid_item: key {item.duplicate[:100]!r} is written more than once")
     unknown = item.keys() - _ENVELOPE_FIELD_SET
     if unknown:
         name = min(map(str, unknown))
@@ -229,6 +232,11 @@ def _admit_event_type(event_type: str) -> bool:
     return True
 
 
+def is_cloud_name(cloud: str) -> bool:
+    """Whether ``cloud`` is a valid cloud name (the envelope's pattern)."""
+    return cloud in _known_clouds or _CLOUD.fullmatch(cloud) is not None
+
+
 def _admit_cloud(cloud: str) -> bool:
     if _CLOUD.fullmatch(cloud) is None:
         return False
@@ -268,15 +276,23 @@ def _normalise(
         if verb in ("create", "update"):
             return Rejection("missing_size", f"missing_size: payload.size is required on a {verb} ({event_type})")
     else:
-        problem = registry[resource_type].size_error(size)
+        stored, problem = registry[resource_type].checked_size(size)
         if problem is not None:
+            inexact = first_inexact(size, "payload.size")
+            if inexact is not None:  # not a size problem: the number itself cannot be stored as written
+                return Rejection("invalid_payload", f"invalid_payload: {inexact[0]}: {inexact[1].describe()}")
             return Rejection("size_schema", f"size_schema: {problem}")
+        if stored is not size:  # whole-number floats made integers: the form the meters read
+            payload = {**payload, "size": stored}
     try:
         payload_json = orjson.dumps(payload, option=orjson.OPT_SORT_KEYS)
         canonical = orjson.dumps(
             [event_id, event_type, cloud, resource_type, resource_id, project_id, instant_iso, source],
         )
     except (TypeError, orjson.JSONEncodeError) as exc:
+        inexact = first_inexact(payload, "payload")
+        if inexact is not None:
+            return Rejection("invalid_payload", f"invalid_payload: {inexact[0]}: {inexact[1].describe()}")
         return Rejection("invalid_payload", f"invalid_payload: cannot be stored as JSON: {exc}")
     if b"null" in payload_json and _has_non_finite(payload):
         # orjson writes an infinity (a JSON number like 1e400) or NaN as null: refuse rather than change the data.

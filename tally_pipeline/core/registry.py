@@ -3,6 +3,11 @@
 Built from plain definitions (``tally_pipeline.schemas`` loads them from files). Each type's JSON
 Schema is checked once and compiled once; every distinct size object is validated once and then
 remembered, because sizes repeat (a cloud has a handful of flavors and millions of events).
+
+The registry also owns the form a size is stored in: JSON Schema counts ``2.0`` and ``1e1`` as
+integers, but the meters read only JSON integers, so every whole-number float in a size (at any
+depth, whatever its type's schema) is stored as that integer. A non-whole value in an integer
+field stays a float and the schema refuses it. What is stored is what the meters read.
 """
 
 from __future__ import annotations
@@ -57,23 +62,40 @@ class ResourceType:
     meters: tuple[Meter, ...]
     _compiled: Callable[[Any], Any] = field(repr=False)
     _explain: jsonschema.protocols.Validator = field(repr=False)
-    _valid_sizes: dict[bytes, bool] = field(default_factory=dict, repr=False)
+    _valid_sizes: dict[bytes, Any] = field(default_factory=dict, repr=False)
 
     def size_error(self, size: Any) -> str | None:
         """Return None when ``size`` satisfies the schema, else a message naming the offending field."""
+        return self.checked_size(size)[1]
+
+    def checked_size(self, size: Any) -> tuple[Any, str | None]:
+        """``size`` in its stored form (whole-number floats as integers) and None when it satisfies the
+        schema; else ``size`` unchanged and a message naming the offending field.
+
+        A valid size is remembered by its JSON text, with its stored form when that differs (True
+        when the size is stored as sent): the stored form is shared by every event that sends the
+        same text, and nothing changes it afterwards.
+        """
         try:
             key: bytes | None = orjson.dumps(size, option=orjson.OPT_SORT_KEYS)
         except (TypeError, orjson.JSONEncodeError):
             key = None  # not storable as JSON (an integer beyond 64 bits): checked, never remembered
-        if key is not None and self._valid_sizes.get(key):
-            return None
+        if key is not None:
+            known = self._valid_sizes.get(key)
+            if known is True:
+                return size, None
+            if known is not None:
+                return known, None
+        stored = whole_floats_as_ints(size)
+        if stored is _OUT_OF_RANGE:
+            return size, "size: a whole number beyond the 64-bit integer range cannot be stored as an integer"
         try:
-            self._compiled(size)
+            self._compiled(stored)
         except fastjsonschema.JsonSchemaException:
-            return self._describe(size)
+            return size, self._describe(stored)
         if key is not None and len(self._valid_sizes) < 100_000:  # bounded: sizes are few, but don't trust that
-            self._valid_sizes[key] = True
-        return None
+            self._valid_sizes[key] = True if stored is size else stored
+        return stored, None
 
     def _describe(self, size: Any) -> str:
         error = jsonschema.exceptions.best_match(self._explain.iter_errors(size))
@@ -85,6 +107,39 @@ class ResourceType:
         if not where and error.validator == "additionalProperties":
             return error.message
         return f"{where or 'size'}: {error.message}"
+
+
+_INT64_LIMIT = 2**63
+_OUT_OF_RANGE: Any = object()
+
+
+def whole_floats_as_ints(value: Any) -> Any:
+    """``value`` with every whole-number float made an integer (``2.0`` → ``2``); the same object when
+    nothing changes. A whole float beyond the 64-bit integer range cannot be stored as an integer:
+    ``_OUT_OF_RANGE`` is returned then (infinities and NaN are not whole, and stay as they are)."""
+    if type(value) is float:
+        if not value.is_integer():
+            return value
+        if -_INT64_LIMIT <= value < _INT64_LIMIT:
+            return int(value)
+        return _OUT_OF_RANGE
+    if isinstance(value, dict):
+        changed: dict[Any, Any] | None = None
+        for k, inner in value.items():
+            stored = whole_floats_as_ints(inner)
+            if stored is _OUT_OF_RANGE:
+                return _OUT_OF_RANGE
+            if stored is not inner:
+                if changed is None:
+                    changed = dict(value)
+                changed[k] = stored
+        return value if changed is None else changed
+    if isinstance(value, list):
+        items = [whole_floats_as_ints(inner) for inner in value]
+        if any(i is _OUT_OF_RANGE for i in items):
+            return _OUT_OF_RANGE
+        return value if all(a is b for a, b in zip(items, value)) else items
+    return value
 
 
 class SizeSchemaRegistry:

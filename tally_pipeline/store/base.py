@@ -20,6 +20,8 @@ from typing import Any, Literal, TypeVar
 from tally_pipeline.core.envelope import EventRecord
 
 T = TypeVar("T")
+#: An event's identity: (cloud, event_id). Dedup, conflicts and lookups all go by it.
+EventKey = tuple[str, str]
 Dialect = Literal["duckdb", "postgres"]
 
 
@@ -49,11 +51,19 @@ class RejectedRow:
     raw: str | None
     cloud: str | None = None
     event_id: str | None = None
+    #: duplicate_conflict rows only: the conflicting copy's content hash. One row is kept per
+    #: (cloud, event_id, conflict_key); a copy received again adds to its ``repeats``.
+    conflict_key: str | None = None
+
+
+#: How much of each raw item a dead-letter listing carries (characters): a page of 1000 rows stays a
+#: few MB however large the items were; the whole item is fetched one at a time (``rejected_raw``).
+RAW_PREFIX_CHARS = 1024
 
 
 @dataclass(frozen=True, slots=True)
 class RejectedEntry:
-    """One dead-letter row as stored."""
+    """One dead-letter row as listed: ``raw`` is at most RAW_PREFIX_CHARS of the item as received."""
 
     id: int
     received_at: datetime
@@ -63,33 +73,61 @@ class RejectedEntry:
     cloud: str | None
     event_id: str | None
     raw: str | None
+    raw_bytes: int | None = None  # the whole item's size in UTF-8 bytes
+    raw_truncated: bool = False
+    repeats: int = 1  # how many times this row's item was received (duplicate_conflict rows)
+    last_received_at: datetime | None = None
 
 
 class UnitOfWork(abc.ABC):
     """One transaction. Methods are the only SQL that writes the event log and the dead letter."""
 
     @abc.abstractmethod
-    def insert_events(self, records: Sequence[EventRecord], received_at: datetime) -> set[str]:
-        """Insert records whose event_id is new; return the ids inserted. Existing ids are left alone."""
+    def insert_events(self, records: Sequence[EventRecord], received_at: datetime) -> set[EventKey]:
+        """Insert records whose (cloud, event_id) is new; return the keys inserted. Held keys are left alone."""
 
     def insert_event_stream(
-        self, event_ids: Sequence[str], records: Iterable[EventRecord], received_at: datetime
-    ) -> set[str]:
-        """``insert_events`` for records that arrive one at a time, in event_id order.
+        self, keys: Sequence[EventKey], records: Iterable[EventRecord], received_at: datetime
+    ) -> set[EventKey]:
+        """``insert_events`` for records that arrive one at a time, in (cloud, event_id) order.
 
-        ``event_ids`` is sorted and holds the id of every record that can come (and maybe more);
-        ``records`` may be iterated again, from the start. Returns the ids inserted. The ingest
+        ``keys`` is sorted and holds the key of every record that can come (and maybe more);
+        ``records`` may be iterated again, from the start. Returns the keys inserted. The ingest
         core uses it only with a store whose ``streams_events`` is true.
         """
         return self.insert_events(list(records), received_at)
 
     @abc.abstractmethod
-    def content_hashes(self, event_ids: Sequence[str]) -> dict[str, str]:
-        """The stored content hash of each given event_id that exists."""
+    def content_hashes(self, keys: Sequence[EventKey]) -> dict[EventKey, str]:
+        """The stored content hash of each given (cloud, event_id) that exists."""
 
     @abc.abstractmethod
     def insert_rejections(self, rows: Sequence[RejectedRow], received_at: datetime) -> None:
-        """Append rows to the dead letter."""
+        """Append rows to the dead letter (a duplicate_conflict row already held adds to its ``repeats``)."""
+
+    def upsert_conflicts(self, rows: Sequence[RejectedRow], received_at: datetime) -> None:
+        """Write duplicate_conflict rows: one per (cloud, event_id, conflict_key), counting repeats.
+
+        Equal keys in ``rows`` are merged first (one statement may not touch a row twice); keys go
+        in order so racing writers lock them in the same order.
+        """
+        merged: dict[tuple[str | None, str | None, str | None], tuple[RejectedRow, int]] = {}
+        for row in rows:
+            key = (row.cloud, row.event_id, row.conflict_key)
+            first, n = merged.get(key, (row, 0))
+            merged[key] = (first, n + 1)
+        params = [
+            (received_at, r.reason, r.message, r.origin, r.cloud, r.event_id, r.raw, r.conflict_key, n, received_at)
+            for key, (r, n) in sorted(merged.items(), key=lambda kv: tuple(p or "" for p in kv[0]))
+        ]
+        self.executemany(
+            "INSERT INTO rejected_events (received_at, reason, message, origin, cloud, event_id, raw, conflict_key, "
+            "repeats, last_received_at) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s) "
+            "ON CONFLICT (cloud, event_id, conflict_key) DO UPDATE SET "
+            "repeats = coalesce(rejected_events.repeats, 1) + excluded.repeats, "
+            "last_received_at = excluded.last_received_at",
+            params,
+        )
 
     def note_activity(self, counts: dict[tuple[str, str], int], received_at: datetime) -> None:
         """Add stored-event counts per (cloud, source) to ``cloud_activity``, in key order (no deadlocks)."""
@@ -127,6 +165,8 @@ class Store(abc.ABC):
     url: str
     #: How long ``run`` keeps retrying a busy or conflicting unit before giving up with StoreBusy.
     retry_budget_s: float = 30.0
+    #: SQL for the UTF-8 byte length of a text column ``raw``.
+    raw_bytes_sql: str = "octet_length(raw)"
     #: Whether the ingest core hands a batch's events to ``UnitOfWork.insert_event_stream`` while it
     #: is still validating the batch, rather than validating first and calling ``insert_events``.
     streams_events: bool = False
@@ -202,7 +242,10 @@ class Store(abc.ABC):
         before_id: int | None = None,
         limit: int = 100,
     ) -> list[RejectedEntry]:
-        """The dead letter, newest first, filtered; ``before_id`` continues a previous page."""
+        """The dead letter, newest first, filtered; ``before_id`` continues a previous page.
+
+        Each raw item is cut to RAW_PREFIX_CHARS in the database, so a page never loads whole items.
+        """
         clauses, params = [], []
         for column, value in (("cloud", cloud), ("reason", reason)):
             if value is not None:
@@ -216,11 +259,30 @@ class Store(abc.ABC):
             params.append(before_id)
         where = f"WHERE {' AND '.join(clauses)}" if clauses else ""
         rows = self.query(
-            "SELECT id, received_at, reason, message, origin, cloud, event_id, raw "
+            f"SELECT id, received_at, reason, message, origin, cloud, event_id, substr(raw, 1, {RAW_PREFIX_CHARS}), "
+            f"{self.raw_bytes_sql}, coalesce(length(raw) > {RAW_PREFIX_CHARS}, false), coalesce(repeats, 1), "
+            "coalesce(last_received_at, received_at) "
             f"FROM rejected_events {where} ORDER BY id DESC LIMIT %s",
             [*params, limit],
         )
         return [RejectedEntry(*row) for row in rows]
+
+    def purge_rejected(self, before: datetime) -> int:
+        """Delete dead-letter rows last received before ``before``; return how many went."""
+
+        def purge(uow: UnitOfWork) -> int:
+            where = "coalesce(last_received_at, received_at) < %s"
+            n = int(uow.fetchall(f"SELECT count(*) FROM rejected_events WHERE {where}", [before])[0][0])
+            if n:
+                uow.execute(f"DELETE FROM rejected_events WHERE {where}", [before])
+            return n
+
+        return self.run(purge)
+
+    def rejected_raw(self, rejected_id: int) -> tuple[bool, str | None]:
+        """One dead-letter row's whole raw item: (found, raw)."""
+        rows = self.query("SELECT raw FROM rejected_events WHERE id = %s", [rejected_id])
+        return (True, rows[0][0]) if rows else (False, None)
 
     def __enter__(self) -> Store:
         return self

@@ -20,6 +20,7 @@ import pyarrow as pa
 
 from tally_pipeline.core.envelope import EventRecord
 from tally_pipeline.store.base import (
+    EventKey,
     RejectedRow,
     Store,
     StoreBusy,
@@ -62,7 +63,7 @@ class DuckDBUnitOfWork(UnitOfWork):
     def executemany(self, sql: str, rows: Sequence[Sequence[Any]]) -> None:
         self.con.executemany(_params(sql), [list(r) for r in rows])
 
-    def insert_events(self, records: Sequence[EventRecord], received_at: datetime) -> set[str]:
+    def insert_events(self, records: Sequence[EventRecord], received_at: datetime) -> set[EventKey]:
         if not records:
             return set()
         batch = pa.table(
@@ -90,25 +91,30 @@ class DuckDBUnitOfWork(UnitOfWork):
                        project_id, occurred_at, source, payload::JSON, content_hash, ?
                 FROM _ingest_batch
                 ON CONFLICT DO NOTHING
-                RETURNING event_id
+                RETURNING cloud, event_id
                 """,
                 [received_at],
             ).fetchall()
-            inserted = {row[0] for row in rows}
+            inserted = {(row[0], row[1]) for row in rows}
         finally:
             self.con.unregister("_ingest_batch")
         return inserted
 
-    def content_hashes(self, event_ids: Sequence[str]) -> dict[str, str]:
-        if not event_ids:
+    def content_hashes(self, keys: Sequence[EventKey]) -> dict[EventKey, str]:
+        if not keys:
             return {}
         rows = self.con.execute(
-            "SELECT event_id, content_hash FROM events WHERE event_id IN (SELECT unnest(?))",
-            [list(event_ids)],
+            "SELECT e.cloud, e.event_id, e.content_hash FROM events e "
+            "JOIN (SELECT unnest(?) AS cloud, unnest(?) AS event_id) k USING (cloud, event_id)",
+            [[k[0] for k in keys], [k[1] for k in keys]],
         ).fetchall()
-        return dict(rows)
+        return {(cloud, event_id): digest for cloud, event_id, digest in rows}
 
     def insert_rejections(self, rows: Sequence[RejectedRow], received_at: datetime) -> None:
+        conflicts = [r for r in rows if r.conflict_key is not None]
+        if conflicts:
+            self.upsert_conflicts(conflicts, received_at)
+            rows = [r for r in rows if r.conflict_key is None]
         if not rows:
             return
         self.con.executemany(
@@ -120,6 +126,7 @@ class DuckDBUnitOfWork(UnitOfWork):
 
 class DuckDBStore(Store):
     dialect = "duckdb"
+    raw_bytes_sql = "strlen(raw)"
     #: Files this process has brought up to date: opening one again needs no migration check.
     _migrated: set[str] = set()
 

@@ -3,7 +3,7 @@
 New events are copied straight into ``events`` (text COPY, streamed while the ingest core is still
 validating the batch) after one query for the ids already held; when a racing writer takes one of
 them first, the batch falls back to staging its rows and one INSERT … ON CONFLICT DO NOTHING. Rows
-always go in event_id order, so two writers racing overlapping batches lock them in the same order
+always go in (cloud, event_id) order, so two writers racing overlapping batches lock them in the same order
 and never deadlock.
 """
 
@@ -23,6 +23,7 @@ from psycopg_pool import ConnectionPool, PoolTimeout
 
 from tally_pipeline.core.envelope import EventRecord
 from tally_pipeline.store.base import (
+    EventKey,
     RejectedRow,
     Store,
     StoreUnavailable,
@@ -54,8 +55,8 @@ _VALIDATE_AHEAD_ONE_IN = 5
 _EVENT_COPY_TYPES = ["text"] * 12
 
 
-def _event_id(record: EventRecord) -> str:
-    return record.event_id
+def _key(record: EventRecord) -> EventKey:
+    return (record.cloud, record.event_id)
 
 
 def _translate(exc: Exception) -> Exception:
@@ -81,27 +82,27 @@ class PostgresUnitOfWork(UnitOfWork):
     def executemany(self, sql: str, rows: Sequence[Sequence[Any]]) -> None:
         self.cur.executemany(sql, rows)
 
-    def insert_events(self, records: Sequence[EventRecord], received_at: datetime) -> set[str]:
-        """Store the records whose event_id is new (see ``insert_event_stream``)."""
-        ordered = sorted(records, key=_event_id)
-        return self.insert_event_stream([r.event_id for r in ordered], ordered, received_at)
+    def insert_events(self, records: Sequence[EventRecord], received_at: datetime) -> set[EventKey]:
+        """Store the records whose (cloud, event_id) is new (see ``insert_event_stream``)."""
+        ordered = sorted(records, key=_key)
+        return self.insert_event_stream([_key(r) for r in ordered], ordered, received_at)
 
     def insert_event_stream(
-        self, event_ids: Sequence[str], records: Iterable[EventRecord], received_at: datetime
-    ) -> set[str]:
-        """Store the records whose event_id is new, copying each as it arrives.
+        self, keys: Sequence[EventKey], records: Iterable[EventRecord], received_at: datetime
+    ) -> set[EventKey]:
+        """Store the records whose (cloud, event_id) is new, copying each as it arrives.
 
         The fast path copies the new rows straight into ``events`` after asking which of
-        ``event_ids`` are already held; the server inserts rows while the caller is still
+        ``keys`` are already held; the server inserts rows while the caller is still
         producing (validating) the next ones. A writer racing us for one of them makes the copy
         fail on the primary key; the batch then rolls back to a savepoint and takes the slow path,
-        a staged ``INSERT … ON CONFLICT DO NOTHING``. Either way rows go in event_id order, so
+        a staged ``INSERT … ON CONFLICT DO NOTHING``. Either way rows go in key order, so
         racing writers lock in the same order.
         """
         if next(iter(records), None) is None:
             return set()  # nothing valid: no lock, no query
-        held = self._look_up_held(event_ids, records)
-        fresh = (r for r in records if r.event_id not in held)
+        held = self._look_up_held(keys, records)
+        fresh = (r for r in records if (r.cloud, r.event_id) not in held)
         first = next(fresh, None)
         if first is None:
             return set()
@@ -110,29 +111,31 @@ class PostgresUnitOfWork(UnitOfWork):
             self._copy(chain((first,), fresh), received_at, written)
         except pg_errors.UniqueViolation:
             self.cur.execute("ROLLBACK TO SAVEPOINT ingest_copy")
-            return self._insert_staged([r for r in records if r.event_id not in held], received_at)
-        return {r.event_id for r in written}
+            return self._insert_staged([r for r in records if (r.cloud, r.event_id) not in held], received_at)
+        return {(r.cloud, r.event_id) for r in written}
 
-    def _look_up_held(self, event_ids: Sequence[str], records: Iterable[EventRecord]) -> set[str]:
-        """Take the ingest lock (shared), set the savepoint, and return which ids are stored already.
+    def _look_up_held(self, keys: Sequence[EventKey], records: Iterable[EventRecord]) -> set[EventKey]:
+        """Take the ingest lock (shared), set the savepoint, and return which keys are stored already.
 
         Both statements go in one pipeline, and while the server looks the ids up this process
         validates the first records (walking ``records`` validates them).
         """
         with self.conn.pipeline():
-            # The ids go as one JSON array: psycopg quotes a Python list into an array literal
-            # element by element, which costs more than the lookup. Every id is UTF-8 without NUL.
+            # The keys go as one JSON array of [cloud, id] pairs: psycopg quotes a Python list into
+            # an array literal element by element, which costs more than the lookup. Every id and
+            # cloud is UTF-8 without NUL. Each held key comes back as one JSON text.
             lookup = self.cur.execute(
-                "SELECT pg_advisory_xact_lock_shared(%s), ARRAY(SELECT event_id FROM events "
-                "WHERE event_id = ANY(ARRAY(SELECT json_array_elements_text(%s::json))))",
-                (INGEST_LOCK, orjson.dumps(event_ids).decode()),
+                "SELECT pg_advisory_xact_lock_shared(%s), ARRAY(SELECT json_build_array(e.cloud, e.event_id)::text "
+                "FROM json_array_elements(%s::json) AS k JOIN events e "
+                "ON e.cloud = k ->> 0 AND e.event_id = k ->> 1)",
+                (INGEST_LOCK, orjson.dumps(keys).decode()),
             )
             # A savepoint the fallback can roll back to. It is not released on success: COMMIT
             # ends it anyway, and RELEASE would cost a round trip per batch.
             self.conn.execute("SAVEPOINT ingest_copy")
-            for _ in islice(records, len(event_ids) // _VALIDATE_AHEAD_ONE_IN):
+            for _ in islice(records, len(keys) // _VALIDATE_AHEAD_ONE_IN):
                 pass
-        return set(lookup.fetchone()[1] or ())
+        return {tuple(orjson.loads(pair)) for pair in lookup.fetchone()[1] or ()}  # type: ignore[misc]
 
     def _copy(self, records: Iterator[EventRecord], received_at: datetime, written: list[EventRecord]) -> None:
         """Copy each record into ``events`` as it comes, appending it to ``written``."""
@@ -161,7 +164,7 @@ class PostgresUnitOfWork(UnitOfWork):
         dumper = Transformer.from_context(self.cur).get_dumper(value, PyFormat.TEXT)
         return bytes(dumper.dump(value)).decode()
 
-    def _insert_staged(self, records: Sequence[EventRecord], received_at: datetime) -> set[str]:
+    def _insert_staged(self, records: Sequence[EventRecord], received_at: datetime) -> set[EventKey]:
         cur = self.cur
         cur.execute(_STAGE)
         with cur.copy(
@@ -180,14 +183,14 @@ class PostgresUnitOfWork(UnitOfWork):
             SELECT event_id, event_type, verb, cloud, resource_type, resource_id,
                    project_id, occurred_at, source, payload::jsonb, content_hash, %s
             FROM _ingest_stage
-            ORDER BY event_id
-            ON CONFLICT (event_id) DO NOTHING
-            RETURNING event_id
+            ORDER BY cloud, event_id
+            ON CONFLICT (cloud, event_id) DO NOTHING
+            RETURNING cloud, event_id
             """,
             (received_at,),
         ).fetchall()
         cur.execute("TRUNCATE _ingest_stage")
-        return {row[0] for row in rows}
+        return {(row[0], row[1]) for row in rows}
 
     def note_activity(self, counts: dict[tuple[str, str], int], received_at: datetime) -> None:
         """As the base class does, but in one statement for the batch (one round trip, not one per cloud)."""
@@ -218,15 +221,21 @@ class PostgresUnitOfWork(UnitOfWork):
             },
         )
 
-    def content_hashes(self, event_ids: Sequence[str]) -> dict[str, str]:
-        if not event_ids:
+    def content_hashes(self, keys: Sequence[EventKey]) -> dict[EventKey, str]:
+        if not keys:
             return {}
         rows = self.cur.execute(
-            "SELECT event_id, content_hash FROM events WHERE event_id = ANY(%s)", (list(event_ids),)
+            "SELECT e.cloud, e.event_id, e.content_hash FROM unnest(%s::text[], %s::text[]) AS k (cloud, event_id) "
+            "JOIN events e USING (cloud, event_id)",
+            ([k[0] for k in keys], [k[1] for k in keys]),
         ).fetchall()
-        return dict(rows)
+        return {(cloud, event_id): digest for cloud, event_id, digest in rows}
 
     def insert_rejections(self, rows: Sequence[RejectedRow], received_at: datetime) -> None:
+        conflicts = [r for r in rows if r.conflict_key is not None]
+        if conflicts:
+            self.upsert_conflicts(conflicts, received_at)
+            rows = [r for r in rows if r.conflict_key is None]
         if not rows:
             return
         with self.cur.copy(

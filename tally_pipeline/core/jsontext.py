@@ -1,0 +1,210 @@
+"""Received JSON read exactly: numbers as written, duplicate keys seen, each item's own text.
+
+orjson is the fast reader, but it rounds numbers (``1e-400`` becomes ``0.0``, ``999999999.99999999999``
+becomes ``1000000000.0``, ``1e400`` infinity) and keeps the last of duplicate keys silently. So a
+text is read by orjson and accepted as is only when writing the result back gives the very same
+bytes: then every number is the shortest text of the float it became (stored exactly) and no key
+was dropped. Collectors write compact JSON, so that is nearly every body; anything else is read
+again by the standard library with hooks that keep what orjson would lose:
+
+- a number whose float is not the number written becomes an ``InexactNumber`` (refused later as
+  ``invalid_payload``); integers are exact at any size (refused later if beyond 64 bits);
+- an object with a key written twice becomes a ``DuplicateKeys`` dict naming the key, and so does
+  each item holding one anywhere inside (an element of a body's ``events`` array, or else the whole
+  value), so that the item is refused (``invalid_item``) without every valid item paying for a search.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from decimal import Decimal, InvalidOperation
+from typing import Any
+
+import orjson
+
+
+class BadJson(ValueError):
+    """A text that is not JSON."""
+
+
+class InexactNumber:
+    """A number a 64-bit float cannot hold as written; kept as its text so nothing is stored rounded.
+
+    Deliberately a plain class, not a dataclass: orjson writes dataclasses as objects, and this must
+    make any attempt to write it fail.
+    """
+
+    __slots__ = ("text",)
+
+    def __init__(self, text: str):
+        self.text = text
+
+    def __repr__(self) -> str:
+        return f"InexactNumber({self.text!r})"
+
+    def describe(self) -> str:
+        try:
+            became: object = float(self.text)
+        except OverflowError:
+            became = "out of range"
+        return f"{self.text[:40]} cannot be stored exactly (as a 64-bit float it would be {became})"
+
+
+class DuplicateKeys(dict):  # type: ignore[type-arg]
+    """An object in which ``duplicate`` was written more than once (the last value is kept here)."""
+
+    duplicate: str = ""
+
+
+def _exact_float(text: str) -> float | InexactNumber:
+    value = float(text)
+    try:
+        if value - value == 0 and Decimal(repr(value)) == Decimal(text):  # finite, and the same number
+            return value
+    except InvalidOperation:  # pragma: no cover - json only hands over valid number texts
+        pass
+    return InexactNumber(text)
+
+
+class _ExactDecoder(json.JSONDecoder):
+    """The standard library's decoder with the hooks above; ``duplicates`` tells whether any object
+    had a key written twice (one decoder per text, so threads never share the flag)."""
+
+    def __init__(self) -> None:
+        super().__init__(object_pairs_hook=self._pairs, parse_float=_exact_float, parse_constant=_reject_constant)
+        self.duplicates = False
+
+    def _pairs(self, pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+        out = dict(pairs)
+        if len(out) == len(pairs):
+            return out
+        self.duplicates = True
+        seen: set[str] = set()
+        marked = DuplicateKeys(out)
+        for key, _ in pairs:
+            if key in seen:
+                marked.duplicate = key
+                break
+            seen.add(key)
+        return marked
+
+
+def _reject_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not valid JSON")
+
+
+def decode_item(text: str, pos: int = 0) -> tuple[Any, int]:
+    """One JSON value of ``text`` from ``pos``, read exactly, and where it ends (``raw_decode``);
+    the value is a ``DuplicateKeys`` when any object inside it has a key written twice."""
+    decoder = _ExactDecoder()
+    value, end = decoder.raw_decode(text, pos)
+    return (marked_item(value) if decoder.duplicates else value), end
+
+
+def marked_item(item: Any) -> Any:
+    """``item`` as a ``DuplicateKeys`` naming the key when any object inside it has a key written twice."""
+    if not isinstance(item, dict) or isinstance(item, DuplicateKeys):
+        return item
+    duplicate = duplicate_key(item)
+    if duplicate is None:
+        return item
+    marked = DuplicateKeys(item)
+    marked.duplicate = duplicate
+    return marked
+
+
+def _mark_items(value: Any) -> Any:
+    if isinstance(value, dict) and isinstance(value.get("events"), list):
+        events = value["events"]
+        for i, item in enumerate(events):
+            events[i] = marked_item(item)
+        return value
+    return marked_item(value)
+
+
+def loads_exact(data: bytes) -> Any:
+    """Parse JSON text (UTF-8) exactly: see the module's description. Raises ``BadJson``."""
+    fast_error: Exception | None = None
+    try:
+        value = orjson.loads(data)
+    except orjson.JSONDecodeError as exc:
+        fast_error = exc
+    else:
+        try:
+            if orjson.dumps(value) == data:
+                return value
+        except orjson.JSONEncodeError:  # nested deeper than orjson writes: read it the exact way
+            pass
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise BadJson(f"not UTF-8: {exc.reason} at byte {exc.start}") from None
+    decoder = _ExactDecoder()
+    try:
+        value = decoder.decode(text)
+    except (ValueError, RecursionError) as exc:
+        raise BadJson(f"not valid JSON: {fast_error or exc}") from None
+    return _mark_items(value) if decoder.duplicates else value
+
+
+def duplicate_key(value: Any) -> str | None:
+    """The first key written twice in any object of ``value`` (None when there is none)."""
+    pending = [value]
+    while pending:
+        top = pending.pop()
+        if isinstance(top, dict):
+            if isinstance(top, DuplicateKeys):
+                return top.duplicate
+            pending.extend(top.values())
+        elif isinstance(top, list):
+            pending.extend(top)
+    return None
+
+
+def first_inexact(value: Any, where: str = "") -> tuple[str, InexactNumber] | None:
+    """The path and value of the first ``InexactNumber`` in ``value`` (None when there is none)."""
+    pending: list[tuple[str, Any]] = [(where, value)]
+    while pending:
+        path, top = pending.pop()
+        if isinstance(top, InexactNumber):
+            # a key may hold a lone surrogate (JSON allows "\ud800") or a NUL, which no database text can hold
+            safe = path[:200].encode("utf-8", "backslashreplace").decode("utf-8").replace("\x00", "\\u0000")
+            return safe, top
+        if isinstance(top, dict):
+            pending.extend((f"{path}.{k}" if path else str(k), v) for k, v in reversed(top.items()))
+        elif isinstance(top, list):
+            pending.extend((f"{path}[{i}]", v) for i, v in reversed(list(enumerate(top))))
+    return None
+
+
+_WS = " \t\r\n"
+_OPEN_EVENTS = re.compile(r'\s*\{\s*"events"\s*:\s*\[')
+_SCAN = json.JSONDecoder()
+
+
+def array_item_texts(text: str) -> list[str] | None:
+    """The text of each element of the ``events`` array of a body ``{"events": [...]}``, exactly as
+    written; None when the body is not of that shape (its whole text is then what is kept)."""
+    start = _OPEN_EVENTS.match(text)
+    if start is None:
+        return None
+    pos = start.end()
+    texts: list[str] = []
+    try:
+        while True:
+            while pos < len(text) and text[pos] in _WS:
+                pos += 1
+            if text.startswith("]", pos):
+                return texts
+            if texts:
+                if not text.startswith(",", pos):
+                    return None
+                pos += 1
+                while pos < len(text) and text[pos] in _WS:
+                    pos += 1
+            _, end = _SCAN.raw_decode(text, pos)
+            texts.append(text[pos:end])
+            pos = end
+    except (ValueError, RecursionError):
+        return None

@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
-from tally_pipeline.store.fold_postgres import FOLD_STATEMENT
+from tally_pipeline.store.fold_postgres import FOLD_TABLE, INTERVALS_INSERT, STATE_INSERT
 from tally_pipeline.store.postgres_store import INGEST_LOCK
 from tally_pipeline.store.projection_tables import INTERVAL_COLUMNS, KEY, STATE_COLUMNS, Key, StoredFold
 
@@ -111,17 +111,24 @@ class PostgresProjectionTables:
     def fold_in_sql(self, watermark: int, high: int, *, full: bool) -> int:
         cur = self.cur
         cur.execute(f"SET LOCAL work_mem = '{FOLD_WORK_MEM}'")
+        cur.execute("SET LOCAL jit = off")  # compiling the fold's expressions costs more than it saves
         if full:
             cur.execute("TRUNCATE resource_intervals, current_resources")
-            cur.execute(FOLD_STATEMENT.format(source="events e"))
+            self._fold(source="events e")
             return int(cur.execute("SELECT count(*) FROM current_resources").fetchone()[0])
         cur.execute(f"CREATE TEMP TABLE _touched ON COMMIT DROP AS "
                     f"SELECT DISTINCT {KEY} FROM events WHERE seq > %s AND seq <= %s", (watermark, high))
         cur.execute("ANALYZE _touched")
         cur.execute(f"DELETE FROM resource_intervals t USING _touched k WHERE {_KEY_MATCH}")
         cur.execute(f"DELETE FROM current_resources t USING _touched k WHERE {_KEY_MATCH}")
-        cur.execute(FOLD_STATEMENT.format(source=f"events e JOIN _touched k USING ({KEY})"))
+        self._fold(source=f"events e JOIN _touched k USING ({KEY})")
         return int(cur.execute("SELECT count(*) FROM _touched").fetchone()[0])
+
+    def _fold(self, *, source: str) -> None:
+        self.cur.execute(FOLD_TABLE.format(source=source))
+        self.cur.execute(STATE_INSERT)
+        self.cur.execute(INTERVALS_INSERT)
+        self.cur.execute("DROP TABLE _fold")
 
     def set_watermark(self, high: int) -> None:
         self.uow.execute("UPDATE projection_state SET watermark = %s WHERE name = 'resources'", (high,))

@@ -173,6 +173,7 @@ def _group(rows: Iterable[tuple]) -> Iterator[tuple[Key, list[FoldEvent]]]:
     """Fold rows ``(cloud, type, id, event_id, verb, occurred_at, project_id, size, seq)``, grouped by key."""
     key: Key | None = None
     batch: list[FoldEvent] = []
+    decoded: dict[str, Any] = {}  # sizes repeat (flavors): decode each text once; the fold never mutates them
     for cloud, rtype, rid, event_id, verb, occurred_at, project_id, size, seq in rows:
         row_key = (cloud, rtype, rid)
         if row_key != key:
@@ -180,7 +181,10 @@ def _group(rows: Iterable[tuple]) -> Iterator[tuple[Key, list[FoldEvent]]]:
                 yield key, batch
             key, batch = row_key, []
         if isinstance(size, str):
-            size = orjson.loads(size)
+            text = size
+            size = decoded.get(text)
+            if size is None:
+                size = decoded[text] = orjson.loads(text)
         batch.append(FoldEvent(event_id, verb, occurred_at, project_id, size, seq))
     if key is not None:
         yield key, batch

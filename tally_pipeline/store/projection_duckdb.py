@@ -22,7 +22,7 @@ from tally_pipeline.store.projection_tables import INTERVAL_COLUMNS, KEY, STATE_
 
 # The SQL fold sorts every history: above this it spills to disk instead of growing (a rebuild of
 # 8M events would otherwise take 3.5 GB). Set for the fold only, then put back.
-FOLD_MEMORY_LIMIT = "768MB"
+FOLD_MEMORY_LIMIT = "1GB"
 
 _UTC = pa.timestamp("us", tz="UTC")
 _FOLD_COLUMNS = "cloud, resource_type, resource_id, event_id, verb, occurred_at, project_id, " \

@@ -27,8 +27,7 @@ import orjson
 
 from tally_pipeline.core.fold import FoldEvent, FoldStart, Folded, ResourceState, fold
 from tally_pipeline.store.base import Store
-from tally_pipeline.store.projection_postgres import PROJECTION_LOCK  # noqa: F401 - re-exported
-from tally_pipeline.store.projection_tables import Key, ProjectionTables, StoredFold
+from tally_pipeline.store.projection_tables import Key, ProjectionTables, StoredFold, read_watermark, stored_last_seq
 
 # Above this many pending events a refresh is a bulk load: it re-folds the touched resources in SQL
 # (one sorted pass) instead of folding them here one by one.
@@ -61,16 +60,7 @@ def rebuild(store: Store) -> RefreshResult:
 
 def pending(store: Store) -> bool:
     """Whether events were stored since the last refresh (no lock taken)."""
-    watermark = store.query("SELECT watermark FROM projection_state WHERE name = 'resources'")[0][0]
-    return _last_seq(store) > watermark
-
-
-def _last_seq(store: Store) -> int:
-    if store.dialect == "postgres":
-        row = store.query("SELECT pg_sequence_last_value(pg_get_serial_sequence('events', 'seq')::regclass)")
-    else:
-        row = store.query("SELECT max(seq) FROM events")
-    return int(row[0][0] or 0)
+    return stored_last_seq(store) > read_watermark(store)
 
 
 @dataclass(frozen=True)
@@ -91,8 +81,7 @@ def _run(store: Store, *, full: bool) -> RefreshResult:
         from tally_pipeline.store.projection_postgres import PostgresProjectionTables, stable_high_water
 
         if not full and not pending(store):
-            watermark = store.query("SELECT watermark FROM projection_state WHERE name = 'resources'")[0][0]
-            return RefreshResult(0, int(watermark), time.perf_counter() - started, full)
+            return RefreshResult(0, read_watermark(store), time.perf_counter() - started, full)
         high = store.run(stable_high_water)
         counts = store.run(lambda uow: _fold_pending(PostgresProjectionTables(uow, high), full=full))
     return RefreshResult(counts.resources, counts.watermark, time.perf_counter() - started, full,
@@ -188,12 +177,6 @@ def _group(rows: Iterable[tuple]) -> Iterator[tuple[Key, list[FoldEvent]]]:
         batch.append(FoldEvent(event_id, verb, occurred_at, project_id, size, seq))
     if key is not None:
         yield key, batch
-
-
-def fold_sorted(rows: Iterable[tuple]) -> Iterator[tuple[Key, Folded]]:
-    """Fold rows ``(cloud, type, id, event_id, verb, occurred_at, project_id, size, seq)`` grouped by key."""
-    for key, events in _group(rows):
-        yield key, fold(events)
 
 
 def _json(value: Any) -> str | None:

@@ -14,6 +14,8 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Protocol
 
+from tally_pipeline.store.base import Store
+
 Key = tuple[str, str, str]
 
 KEY = "cloud, resource_type, resource_id"
@@ -67,3 +69,17 @@ class ProjectionTables(Protocol):
 
     def set_watermark(self, high: int) -> None:
         """Record that every event with seq <= high is folded."""
+
+
+def read_watermark(store: Store) -> int:
+    """The highest ``seq`` folded (no lock taken)."""
+    return int(store.query("SELECT watermark FROM projection_state WHERE name = 'resources'")[0][0])
+
+
+def stored_last_seq(store: Store) -> int:
+    """The highest ``seq`` handed out so far (Postgres: the sequence, committed or not)."""
+    if store.dialect == "postgres":
+        row = store.query("SELECT pg_sequence_last_value(pg_get_serial_sequence('events', 'seq')::regclass)")
+    else:
+        row = store.query("SELECT max(seq) FROM events")
+    return int(row[0][0] or 0)

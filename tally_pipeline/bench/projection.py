@@ -23,9 +23,9 @@ import math
 import os
 import random
 import uuid
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 import pyarrow as pa
@@ -33,6 +33,9 @@ import pyarrow as pa
 from tally_pipeline import projection
 from tally_pipeline.bench.common import peak_rss_mb, timer
 from tally_pipeline.runtime import Runtime
+from tally_pipeline.store.base import StoreUnavailable
+
+T = TypeVar("T")
 
 _FLAVORS = [
     '{"disk_gb":20,"flavor_name":"m1.small","ram_mb":2048,"vcpus":1}',
@@ -82,9 +85,12 @@ def synthetic_table(events: int, resources: int, *, run: str, seed: int, chunk: 
     })
 
 
-def _load(rt: Runtime, events: int, resources: int, run: str) -> None:
-    chunk = 200_000
-    for seed in range((events + chunk - 1) // chunk):
+_CHUNK = 200_000  # events per load transaction
+
+
+def _load(rt: Runtime, events: int, resources: int, run: str, *, first_chunk: int = 0) -> None:
+    chunk = _CHUNK
+    for seed in range(first_chunk, (events + chunk - 1) // chunk):
         table = synthetic_table(events, resources, run=run, seed=seed, chunk=chunk)
         if rt.store.dialect == "duckdb":
             def load(uow: Any, table: pa.Table = table) -> None:
@@ -235,21 +241,41 @@ def growth_exponent(sizes: Sequence[float], values: Sequence[float]) -> float:
     return sum((x - mx) * (y - my) for x, y in zip(xs, ys)) / sxx if sxx else 0.0
 
 
+def _retried(work: Callable[[], T], retries: list[str], attempts: int = 3) -> T:
+    """``work()``, again after a lost connection (a shared server's other clients may cut it); each retry noted."""
+    for attempt in range(attempts):
+        try:
+            return work()
+        except StoreUnavailable as exc:
+            if attempt == attempts - 1:
+                raise
+            retries.append(str(exc).splitlines()[0])
+    raise AssertionError("unreachable")
+
+
 def growth(rt: Runtime, *, sizes: Sequence[int], events_per_resource: int = 10, late: int = 1000,
            seed: int = 1) -> dict[str, Any]:
-    """``_measure`` at each log size in ``sizes`` (ascending), each step loaded on top of the last."""
+    """``_measure`` at each log size in ``sizes`` (ascending), each step loaded on top of the last.
+
+    A step whose connection is cut is measured again (its events already loaded stay); the report
+    lists every such retry.
+    """
     rt.store.require_current_schema()
     runs: list[tuple[str, int]] = []
     steps = []
+    retries: list[str] = []
     with rt.store.session():
         loaded = rt.store.event_count()
         for step, size in enumerate(sorted(sizes)):
             extra = size - loaded
             if extra >= events_per_resource:
                 run_id = uuid.uuid4().hex[:6]
-                _load(rt, extra, extra // events_per_resource, run_id)
+                _retried(lambda: _load(rt, extra, extra // events_per_resource, run_id,  # noqa: B023
+                                       first_chunk=_chunks_loaded(rt, run_id)), retries)
                 runs.append((run_id, extra // events_per_resource))
-            steps.append({"events": size, **_measure(rt, runs, late=late, seed=seed + step)})
+            step_seed = seed + 100 * step + len(retries)  # a retried step's late events get fresh ids
+            steps.append({"events": size, **_retried(lambda: _measure(rt, runs, late=late, seed=step_seed),  # noqa: B023
+                                                     retries)})
             loaded = rt.store.event_count()
     logs = [s["log_events"] for s in steps]
     first, last = steps[0], steps[-1]
@@ -264,4 +290,11 @@ def growth(rt: Runtime, *, sizes: Sequence[int], events_per_resource: int = 10, 
         "rebuild_vs_floor_max": max(s["rebuild_vs_floor"] for s in steps),
         "rebuild_peak_rss_mb_max": max(s["rebuild_peak_rss_mb"] for s in steps),
         "rebuild_peak_rss_exponent": round(growth_exponent(logs, [s["rebuild_peak_rss_mb"] for s in steps]), 3),
+        "retries": retries,
     }
+
+
+def _chunks_loaded(rt: Runtime, run: str) -> int:
+    """How many whole load chunks of ``run`` are stored (each chunk commits on its own)."""
+    count = rt.store.query("SELECT count(*) FROM events WHERE event_id LIKE %s", (f"{run}-%",))[0][0]
+    return int(count) // _CHUNK

@@ -1,12 +1,19 @@
 """Keeping ``current_resources`` and ``resource_intervals`` up to date with the event log.
 
-Events are the source of truth; these tables are folds of each resource's history. A refresh
-re-folds, from their full history, only the resources touched by events stored since the last
-refresh (that is how a late event is absorbed); a rebuild re-folds everything and must give the
-same tables. ``projection_state.watermark`` records the highest event ``seq`` folded.
+Events are the source of truth; these tables are folds of each resource's history, and a rebuild
+re-folds everything. A refresh folds only the events stored since the last one
+(``projection_state.watermark`` is the highest ``seq`` folded), at a cost that follows them, not
+the log:
 
-DuckDB folds in SQL (``store/fold_duckdb.py``); Postgres folds in Python (``core/fold.py``) and
-writes with COPY. A property test holds the two folds equal.
+- a resource seen for the first time is folded from its pending events (they are its history);
+- a resource whose pending events all come after everything it has seen has them folded onto its
+  stored state and open interval (``core.fold.FoldStart``), without reading its history;
+- only a resource that receives an event older than (or as old as) its latest folded one — a late
+  event — is re-folded from its full history, read through the resource index.
+
+Bulk loads (more than ``PYTHON_FOLD_MAX`` pending events) and rebuilds fold in SQL, on each backend
+(``store/fold_duckdb.py``, ``store/fold_postgres.py``). Property tests hold all of these paths equal
+to the Python fold. The SQL lives in ``store/projection_duckdb.py`` and ``store/projection_postgres.py``.
 """
 
 from __future__ import annotations
@@ -18,31 +25,27 @@ from typing import Any
 
 import orjson
 
-from tally_pipeline.core.fold import FoldEvent, Folded, fold
+from tally_pipeline.core.fold import FoldEvent, FoldStart, Folded, ResourceState, fold
 from tally_pipeline.store.base import Store
+from tally_pipeline.store.projection_tables import Key, ProjectionTables, StoredFold, read_watermark, stored_last_seq
 
-PROJECTION_LOCK = 0x7A11_0003  # Postgres: one refresh at a time
-# DuckDB: refreshes touching at most this many resources fold in Python, where the SQL fold's fixed
-# cost (planning, temp tables) outweighs folding a few histories here; above it the SQL fold is
-# faster (measured crossover at 100–300 resources on a 2M-event log).
-PYTHON_FOLD_MAX = 200
-STATE_COLUMNS = ("cloud", "resource_type", "resource_id", "status", "project_id", "size", "created_at",
-                 "deleted_at", "last_event_at", "last_seq", "event_count")
-INTERVAL_COLUMNS = ("cloud", "resource_type", "resource_id", "interval_no", "lifecycle_no", "project_id", "size",
-                    "start_at", "end_at")
-KEY = "cloud, resource_type, resource_id"
+# Above this many pending events a refresh is a bulk load: it re-folds the touched resources in SQL
+# (one sorted pass) instead of folding them here one by one.
+PYTHON_FOLD_MAX = 50_000
 
 
 @dataclass(frozen=True)
 class RefreshResult:
-    resources: int  # resources re-folded
+    resources: int  # resources folded (every one touched, or all of them for a rebuild)
     watermark: int  # every event with seq <= watermark is now folded
     seconds: float
     full: bool
+    resumed: int = 0  # of ``resources``: pending events folded onto the stored state, no history read
+    refolded: int = 0  # of ``resources``: re-folded from their full history (late events), or in SQL
 
     def as_json(self) -> dict[str, Any]:
-        return {"resources": self.resources, "watermark": self.watermark,
-                "seconds": round(self.seconds, 4), "full": self.full}
+        return {"resources": self.resources, "resumed": self.resumed, "refolded": self.refolded,
+                "watermark": self.watermark, "seconds": round(self.seconds, 4), "full": self.full}
 
 
 def refresh(store: Store) -> RefreshResult:
@@ -57,209 +60,135 @@ def rebuild(store: Store) -> RefreshResult:
 
 def pending(store: Store) -> bool:
     """Whether events were stored since the last refresh (no lock taken)."""
-    watermark = store.query("SELECT watermark FROM projection_state WHERE name = 'resources'")[0][0]
-    return _last_seq(store) > watermark
+    return stored_last_seq(store) > read_watermark(store)
 
 
-def _last_seq(store: Store) -> int:
-    if store.dialect == "postgres":
-        row = store.query("SELECT pg_sequence_last_value(pg_get_serial_sequence('events', 'seq')::regclass)")
-    else:
-        row = store.query("SELECT max(seq) FROM events")
-    return int(row[0][0] or 0)
+@dataclass(frozen=True)
+class _Counts:
+    resources: int
+    watermark: int
+    resumed: int = 0
+    refolded: int = 0
 
 
 def _run(store: Store, *, full: bool) -> RefreshResult:
     started = time.perf_counter()
     if store.dialect == "duckdb":
-        count, watermark = store.run(lambda uow: _refresh_duckdb(uow, full=full))
+        from tally_pipeline.store.projection_duckdb import DuckDBProjectionTables
+
+        counts = store.run(lambda uow: _fold_pending(DuckDBProjectionTables(uow), full=full))
     else:
+        from tally_pipeline.store.projection_postgres import PostgresProjectionTables, stable_high_water
+
         if not full and not pending(store):
-            watermark = store.query("SELECT watermark FROM projection_state WHERE name = 'resources'")[0][0]
-            return RefreshResult(0, int(watermark), time.perf_counter() - started, full)
-        high = store.run(_stable_high_water_postgres)
-        count, watermark = store.run(lambda uow: _refresh_postgres(uow, high, full=full))
-    return RefreshResult(count, watermark, time.perf_counter() - started, full)
+            return RefreshResult(0, read_watermark(store), time.perf_counter() - started, full)
+        high = store.run(stable_high_water)
+        counts = store.run(lambda uow: _fold_pending(PostgresProjectionTables(uow, high), full=full))
+    return RefreshResult(counts.resources, counts.watermark, time.perf_counter() - started, full,
+                         counts.resumed, counts.refolded)
 
 
-# --- DuckDB: the fold as SQL -------------------------------------------------------------------
-
-
-def _refresh_duckdb(uow: Any, *, full: bool) -> tuple[int, int]:
-    from tally_pipeline.store.fold_duckdb import FOLD_TABLE, INTERVALS_SELECT, STATE_SELECT
-
-    con = uow.con
-    # Writers are serialised (one process holds the file, one thread the write lock), so every
-    # event up to max(seq) is committed.
-    high, watermark = con.execute(
-        "SELECT (SELECT coalesce(max(seq), 0) FROM events), "
-        "(SELECT watermark FROM projection_state WHERE name = 'resources')"
-    ).fetchall()[0]
-    high, watermark = int(high), int(watermark)
+def _fold_pending(tables: ProjectionTables, *, full: bool) -> _Counts:
+    watermark, high = tables.bounds()
     if not full and high <= watermark:
-        return 0, watermark
-    if full:
-        con.execute("DELETE FROM resource_intervals")
-        con.execute("DELETE FROM current_resources")
-        source = "events"
-    else:
-        con.execute(
-            f"CREATE OR REPLACE TEMP TABLE _touched AS SELECT DISTINCT {KEY} FROM events WHERE seq > ? AND seq <= ?",
-            [watermark, high],
-        )
-        con.execute(f"DELETE FROM resource_intervals WHERE ({KEY}) IN (SELECT ({KEY}) FROM _touched)")
-        con.execute(f"DELETE FROM current_resources WHERE ({KEY}) IN (SELECT ({KEY}) FROM _touched)")
-        touched = int(con.execute("SELECT count(*) FROM _touched").fetchall()[0][0])
-        if touched <= PYTHON_FOLD_MAX:
-            _fold_duckdb_in_python(con)
-            con.execute("UPDATE projection_state SET watermark = ? WHERE name = 'resources'", [high])
-            con.execute("DROP TABLE _touched")
-            return touched, high
-        source = f"events SEMI JOIN _touched USING ({KEY})"
-    con.execute(FOLD_TABLE.format(source=source))
-    con.execute(f"INSERT INTO resource_intervals {INTERVALS_SELECT}")
-    con.execute(f"INSERT INTO current_resources ({', '.join(STATE_COLUMNS)}) {STATE_SELECT}")
-    con.execute("DROP TABLE _fold")
-    count = con.execute(
-        "SELECT count(*) FROM current_resources" if full else "SELECT count(*) FROM _touched"
-    ).fetchall()[0][0]
-    con.execute("UPDATE projection_state SET watermark = ? WHERE name = 'resources'", [high])
-    if not full:
-        con.execute("DROP TABLE _touched")
-    return int(count), high
-
-
-def _fold_duckdb_in_python(con: Any) -> None:
-    """A small refresh: planning the SQL fold costs more than folding a few histories in Python."""
-    import pyarrow as pa
-
-    rows = con.execute(
-        f"SELECT {KEY}, event_id, verb, occurred_at, project_id, json_extract(payload, '$.size')::VARCHAR, seq "
-        f"FROM events SEMI JOIN _touched USING ({KEY}) ORDER BY {KEY}"
-    ).fetchall()
+        return _Counts(0, watermark)
+    if full or tables.pending_count(watermark, high) > PYTHON_FOLD_MAX:
+        count = tables.fold_in_sql(watermark, high, full=full)
+        tables.set_watermark(high)
+        return _Counts(count, high, refolded=count)
+    pending_events = dict(_group(tables.pending_rows(watermark, high)))
+    cuts: list[tuple[Key, int]] = []
     states: list[tuple] = []
     intervals: list[tuple] = []
-    for key, result in fold_sorted(rows):
-        states.append(_state_row(key, result))
-        intervals.extend(_interval_rows(key, result))
-    utc = pa.timestamp("us", tz="UTC")
-    for table, names, rows_, types in (
-        ("current_resources", STATE_COLUMNS, states,
-         {"created_at": utc, "deleted_at": utc, "last_event_at": utc, "last_seq": pa.int64(), "event_count": pa.int32(),
-          "project_id": pa.string(), "size": pa.string()}),
-        ("resource_intervals", INTERVAL_COLUMNS, intervals,
-         {"start_at": utc, "end_at": utc, "interval_no": pa.int32(), "lifecycle_no": pa.int32()}),
-    ):
-        if not rows_:
+    resumed = 0
+    late: list[Key] = []
+    stored = {s.key: s for s in tables.stored(list(pending_events))}
+    for key, events in pending_events.items():
+        prior = stored.get(key)
+        start = _resumable(prior, events) if prior is not None else None
+        if prior is not None and start is None:
+            late.append(key)
             continue
-        columns = list(zip(*rows_))
-        arrow = pa.table({n: pa.array(list(c), types.get(n, pa.string())) for n, c in zip(names, columns)})
-        con.register("_folded", arrow)
-        con.execute(f"INSERT INTO {table} ({', '.join(names)}) SELECT {', '.join(names)} FROM _folded")
-        con.unregister("_folded")
+        first_no = 0
+        if start is not None:
+            resumed += 1
+            first_no = _first_new_interval(prior)
+            cuts.append((key, first_no))
+        _add_rows(key, fold(events, start), first_no, states, intervals)
+    cuts.extend((key, 0) for key in late)
+    for key, events in _group(tables.histories(late)):
+        _add_rows(key, fold(events), 0, states, intervals)
+    tables.replace(cuts, states, intervals)
+    tables.set_watermark(high)
+    return _Counts(len(pending_events), high, resumed=resumed, refolded=len(late))
 
 
-# --- Postgres: the fold in Python, written with COPY -------------------------------------------
+def _resumable(prior: StoredFold, events: list[FoldEvent]) -> FoldStart | None:
+    """Where to resume ``prior``'s fold with ``events``, or None when its history must be re-folded.
+
+    Resuming needs every event later than all it folded, and to know its last lifecycle: a live
+    resource's is its open interval's; a deleted one's is its last interval's, unless that
+    lifecycle kept no interval (created and deleted at the same instant) — then only the history
+    tells.
+    """
+    if min(e.occurred_at for e in events) <= prior.last_event_at:
+        return None
+    size = orjson.loads(prior.size) if isinstance(prior.size, str) else prior.size
+    state = ResourceState(prior.status, prior.project_id, size, prior.created_at,  # type: ignore[arg-type]
+                          prior.deleted_at, prior.last_event_at, prior.last_seq, prior.event_count)
+    if prior.status == "unborn":
+        return FoldStart(state, -1, None)
+    if prior.status == "live" and prior.open_start is not None and prior.last_lifecycle_no is not None:
+        return FoldStart(state, prior.last_lifecycle_no, prior.open_start)
+    if (prior.status == "deleted" and prior.last_lifecycle_no is not None
+            and prior.created_at is not None and prior.deleted_at is not None
+            and prior.created_at < prior.deleted_at):
+        return FoldStart(state, prior.last_lifecycle_no, None)
+    return None
 
 
-def _stable_high_water_postgres(uow: Any) -> int:
-    """A seq below which every event is committed: taken while no ingest transaction is in flight."""
-    from tally_pipeline.store.postgres_store import INGEST_LOCK
-
-    uow.execute("SELECT pg_advisory_xact_lock(%s)", (INGEST_LOCK,))
-    row = uow.fetchall("SELECT pg_sequence_last_value(pg_get_serial_sequence('events', 'seq')::regclass)")
-    return int(row[0][0] or 0)
+def _first_new_interval(prior: StoredFold) -> int:
+    """The number the resumed fold's first interval takes: the open one's, or the next."""
+    last = -1 if prior.last_interval_no is None else prior.last_interval_no
+    return last if prior.status == "live" else last + 1
 
 
-def _refresh_postgres(uow: Any, high: int, *, full: bool) -> tuple[int, int]:
-    uow.execute("SELECT pg_advisory_xact_lock(%s)", (PROJECTION_LOCK,))
-    watermark = int(uow.fetchall("SELECT watermark FROM projection_state WHERE name = 'resources'")[0][0])
-    if not full and high <= watermark:
-        return 0, watermark
-    cur = uow.cur
-    if full:
-        cur.execute("TRUNCATE resource_intervals, current_resources")
-        cur.execute(f"CREATE TEMP TABLE _touched ON COMMIT DROP AS SELECT DISTINCT {KEY} FROM events")
-    else:
-        cur.execute(
-            f"CREATE TEMP TABLE _touched ON COMMIT DROP AS "
-            f"SELECT DISTINCT {KEY} FROM events WHERE seq > %s AND seq <= %s",
-            (watermark, high),
-        )
-        cur.execute("DELETE FROM resource_intervals USING _touched t WHERE "
-                    "(resource_intervals.cloud, resource_intervals.resource_type, resource_intervals.resource_id) "
-                    "= (t.cloud, t.resource_type, t.resource_id)")
-        cur.execute("DELETE FROM current_resources USING _touched t WHERE "
-                    "(current_resources.cloud, current_resources.resource_type, current_resources.resource_id) "
-                    "= (t.cloud, t.resource_type, t.resource_id)")
-    folded = _fold_postgres(uow)
-    count = 0
-    with uow.conn.cursor() as out_states, uow.conn.cursor() as out_intervals:
-        states = []
-        intervals = []
-        for key, result in folded:
-            count += 1
-            states.append(_state_row(key, result))
-            intervals.extend(_interval_rows(key, result))
-            if len(states) >= 5000:
-                _copy_rows(out_states, out_intervals, states, intervals)
-                states, intervals = [], []
-        _copy_rows(out_states, out_intervals, states, intervals)
-    uow.execute("UPDATE projection_state SET watermark = %s WHERE name = 'resources'", (high,))
-    return count, high
+def _add_rows(key: Key, result: Folded, first_no: int, states: list[tuple], intervals: list[tuple]) -> None:
+    states.append(_state_row(key, result))
+    intervals.extend(_interval_rows(key, result, first_no))
 
 
-def fold_sorted(rows: Iterable[tuple]) -> Iterator[tuple[tuple[str, str, str], Folded]]:
-    """Fold rows ``(cloud, type, id, event_id, verb, occurred_at, project_id, size, seq)`` grouped by key."""
-    key: tuple[str, str, str] | None = None
+def _group(rows: Iterable[tuple]) -> Iterator[tuple[Key, list[FoldEvent]]]:
+    """Fold rows ``(cloud, type, id, event_id, verb, occurred_at, project_id, size, seq)``, grouped by key."""
+    key: Key | None = None
     batch: list[FoldEvent] = []
+    decoded: dict[str, Any] = {}  # sizes repeat (flavors): decode each text once; the fold never mutates them
     for cloud, rtype, rid, event_id, verb, occurred_at, project_id, size, seq in rows:
         row_key = (cloud, rtype, rid)
         if row_key != key:
             if key is not None:
-                yield key, fold(batch)
+                yield key, batch
             key, batch = row_key, []
         if isinstance(size, str):
-            size = orjson.loads(size)
+            text = size
+            size = decoded.get(text)
+            if size is None:
+                size = decoded[text] = orjson.loads(text)
         batch.append(FoldEvent(event_id, verb, occurred_at, project_id, size, seq))
     if key is not None:
-        yield key, fold(batch)
-
-
-def _fold_postgres(uow: Any) -> Iterator[tuple[tuple[str, str, str], Folded]]:
-    """Stream the touched resources' full histories (server-side cursor) and fold each."""
-    with uow.conn.cursor(name="tally_fold_events") as cur:
-        cur.itersize = 20_000
-        cur.execute(
-            f"""
-            SELECT e.cloud, e.resource_type, e.resource_id, e.event_id, e.verb, e.occurred_at,
-                   e.project_id, e.payload -> 'size', e.seq
-            FROM events e JOIN _touched t USING ({KEY})
-            ORDER BY e.cloud, e.resource_type, e.resource_id
-            """
-        )
-        yield from fold_sorted(cur)
+        yield key, batch
 
 
 def _json(value: Any) -> str | None:
     return None if value is None else orjson.dumps(value, option=orjson.OPT_SORT_KEYS).decode()
 
 
-def _state_row(key: tuple[str, str, str], result: Folded) -> tuple:
+def _state_row(key: Key, result: Folded) -> tuple:
     s = result.state
     return (*key, s.status, s.project_id, _json(s.size), s.created_at, s.deleted_at,
             s.last_event_at, s.last_seq, s.event_count)
 
 
-def _interval_rows(key: tuple[str, str, str], result: Folded) -> Iterator[tuple]:
-    for number, iv in enumerate(result.intervals):
+def _interval_rows(key: Key, result: Folded, first_no: int = 0) -> Iterator[tuple]:
+    for number, iv in enumerate(result.intervals, start=first_no):
         yield (*key, number, iv.lifecycle_no, iv.project_id, _json(iv.size), iv.start, iv.end)
-
-
-def _copy_rows(out_states: Any, out_intervals: Any, states: list[tuple], intervals: list[tuple]) -> None:
-    for cursor, table, columns, rows in ((out_states, "current_resources", STATE_COLUMNS, states),
-                                         (out_intervals, "resource_intervals", INTERVAL_COLUMNS, intervals)):
-        if rows:
-            with cursor.copy(f"COPY {table} ({', '.join(columns)}) FROM STDIN") as copy:
-                for row in rows:
-                    copy.write_row(row)

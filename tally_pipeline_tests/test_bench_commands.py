@@ -4,6 +4,7 @@ with what the run left in the database. (Speed is never asserted here; the figur
 from __future__ import annotations
 
 import json
+import math
 
 import pytest
 from click.testing import CliRunner
@@ -34,6 +35,30 @@ def test_projection_bench_rebuilds_every_resource_and_refreshes_only_the_late_on
         assert store.query("SELECT count(*) FROM current_resources")[0][0] == 300
         watermark = store.query("SELECT watermark FROM projection_state WHERE name = 'resources'")[0][0]
         assert watermark == store.query("SELECT max(seq) FROM events")[0][0]
+
+
+@pytest.mark.parametrize("store_url", ["duckdb", "postgres"], indirect=True)
+def test_projection_growth_measures_each_log_size_in_one_run_and_fits_the_exponent(store_url: str) -> None:
+    with open_store(store_url, migrate=True):
+        pass
+    report = _bench("projection", "--database", store_url, "--growth", "--size", "2000", "--size", "6000",
+                    "--late", "30")
+    steps = report["steps"]
+    # Each step loads on top of the last, up to the step's size (the late events count towards the next).
+    assert [s["log_events"] for s in steps] == [2000, 6000]
+    # Ten events per resource: the second step's 3,970 new events are 397 new resources.
+    assert [s["rebuild_resources"] for s in steps] == [200, 597]
+    for s in steps:
+        assert 1 <= s["incremental_resources"] <= 30
+        assert s["incremental_resumed"] + s["incremental_refolded"] <= s["incremental_resources"]
+        assert s["rebuild_peak_rss_mb"] > 0
+    small, large = steps
+    expected = math.log(large["incremental_s"] / small["incremental_s"]) / math.log(6000 / 2000)
+    assert report["incremental_exponent"] == pytest.approx(expected, abs=0.01)
+    assert report["log_growth"] == 3
+    with open_store(store_url) as store:
+        assert store.event_count() == 6030
+        assert store.query("SELECT count(*) FROM current_resources")[0][0] == 597
 
 
 def test_reconcile_bench_finds_exactly_the_drift_it_planted() -> None:

@@ -9,15 +9,23 @@ create, resizes and notes, and for some a delete, per resource. Then, on the sam
 - ``incremental_s``: a refresh after 1,000 late events scattered over the history, ingested
   through the ingest core;
 - ``incremental_lookup_floor_s``: only finding those resources' histories among all events (a
-  key-only semi join counted, nothing read): what any full-history re-fold pays first.
+  key-only semi join counted, nothing read): what any full-history re-fold pays first;
+- ``rebuild_peak_rss_mb``: this process's peak resident memory during the rebuilds alone (Linux:
+  the high-water mark is reset first); ``peak_rss_mb`` is the whole run's.
+
+``growth`` measures the same at several log sizes in one database, loading each step's extra
+events on top of the last, and fits the exponent k of ``time ∝ events^k`` (1: linear in the log).
 """
 
 from __future__ import annotations
 
+import math
+import os
 import random
 import uuid
+from collections.abc import Callable, Sequence
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 import pyarrow as pa
@@ -25,6 +33,9 @@ import pyarrow as pa
 from tally_pipeline import projection
 from tally_pipeline.bench.common import peak_rss_mb, timer
 from tally_pipeline.runtime import Runtime
+from tally_pipeline.store.base import StoreUnavailable
+
+T = TypeVar("T")
 
 _FLAVORS = [
     '{"disk_gb":20,"flavor_name":"m1.small","ram_mb":2048,"vcpus":1}',
@@ -74,9 +85,12 @@ def synthetic_table(events: int, resources: int, *, run: str, seed: int, chunk: 
     })
 
 
-def _load(rt: Runtime, events: int, resources: int, run: str) -> None:
-    chunk = 200_000
-    for seed in range((events + chunk - 1) // chunk):
+_CHUNK = 200_000  # events per load transaction
+
+
+def _load(rt: Runtime, events: int, resources: int, run: str, *, first_chunk: int = 0) -> None:
+    chunk = _CHUNK
+    for seed in range(first_chunk, (events + chunk - 1) // chunk):
         table = synthetic_table(events, resources, run=run, seed=seed, chunk=chunk)
         if rt.store.dialect == "duckdb":
             def load(uow: Any, table: pa.Table = table) -> None:
@@ -94,15 +108,18 @@ def _load(rt: Runtime, events: int, resources: int, run: str) -> None:
         rt.store.run(load)
 
 
-def _late_events(rt: Runtime, n: int, resources: int, run: str, seed: int) -> list[dict[str, Any]]:
+def _late_events(n: int, runs: Sequence[tuple[str, int]], seed: int) -> list[dict[str, Any]]:
+    """``n`` events at random times over the history, for resources drawn from every loaded run."""
     rng = random.Random(seed)
     start = datetime(2026, 1, 1, tzinfo=UTC)
+    weights = [resources for _, resources in runs]
     out = []
     for i in range(n):
+        run, resources = rng.choices(runs, weights)[0]
         r = rng.randrange(resources)
         when = start + timedelta(seconds=rng.randrange(40 * 86400))
         out.append({
-            "event_id": f"{run}-late-{i}",
+            "event_id": f"{run}-late-{seed}-{i}",
             "event_type": "compute.instance.resize.confirm.end",
             "cloud": f"bench-{r % 3}",
             "resource_type": "instance",
@@ -152,37 +169,132 @@ def _timed_rebuild(rt: Runtime) -> tuple[float, projection.RefreshResult]:
     return elapsed[0], result
 
 
+def _reset_peak_rss() -> bool:
+    """Reset this process's peak-RSS mark (Linux ``clear_refs``); False where that is not possible."""
+    try:
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write("5")
+        return True
+    except OSError:
+        return False
+
+
+def _peak_rss_since_reset_mb() -> float:
+    with open("/proc/self/status") as f:
+        for line in f:
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024
+    return peak_rss_mb()
+
+
 def run(rt: Runtime, *, events: int, resources: int, late: int = 1000, seed: int = 1) -> dict[str, Any]:
     rt.store.require_current_schema()
-    run_id = uuid.uuid4().hex[:6]
     with rt.store.session():
+        run_id = uuid.uuid4().hex[:6]
         with timer() as load_s:
             _load(rt, events, resources, run_id)
-        projection.refresh(rt.store)  # start from a projection that is up to date
-        # Both sides are timed the same way, best of two: a rebuild gives identical tables each time.
-        floor_s = min(_floor(rt) for _ in range(2))
-        rebuild_s, result = min((_timed_rebuild(rt) for _ in range(2)), key=lambda timed: timed[0])
-        late_items = _late_events(rt, late, resources, run_id, seed)
-        for _ in rt.ingestor.ingest_stream(late_items, origin="bench"):
-            pass
-        lookup_s = _lookup_floor(rt)
-        with timer() as incremental_s:
-            incremental = projection.refresh(rt.store)
+        report = _measure(rt, [(run_id, resources)], late=late, seed=seed)
+    return {"benchmark": "projection", "database": rt.store.dialect, "events": events, "resources": resources,
+            "load_s": round(load_s[0], 3), **report}
+
+
+def _measure(rt: Runtime, runs: Sequence[tuple[str, int]], *, late: int, seed: int) -> dict[str, Any]:
+    """Rebuild, floor and incremental refresh on the log as it stands (``runs``: what was loaded)."""
+    projection.refresh(rt.store)  # start from a projection that is up to date
+    log_events = rt.store.event_count()  # what the rebuild folds (the late events come after)
+    # Both sides are timed the same way, best of two: a rebuild gives identical tables each time.
+    floor_s = min(_floor(rt) for _ in range(2))
+    reset = _reset_peak_rss()
+    rebuild_s, result = min((_timed_rebuild(rt) for _ in range(2)), key=lambda timed: timed[0])
+    rebuild_rss = _peak_rss_since_reset_mb() if reset else peak_rss_mb()
+    for _ in rt.ingestor.ingest_stream(_late_events(late, runs, seed), origin="bench"):
+        pass
+    lookup_s = _lookup_floor(rt)
+    with timer() as incremental_s:
+        incremental = projection.refresh(rt.store)
     return {
-        "benchmark": "projection",
-        "database": rt.store.dialect,
-        "events": events,
-        "resources": resources,
-        "load_s": round(load_s[0], 3),
+        "log_events": log_events,
         "rebuild_s": round(rebuild_s, 3),
-        "rebuild_events_per_s": round(events / rebuild_s),
+        "rebuild_events_per_s": round(log_events / rebuild_s),
         "rebuild_resources": result.resources,
         "floor_s": round(floor_s, 3),
         "rebuild_vs_floor": round(rebuild_s / floor_s, 2),
         "late_events": late,
         "incremental_resources": incremental.resources,
+        "incremental_resumed": incremental.resumed,
+        "incremental_refolded": incremental.refolded,
         "incremental_s": round(incremental_s[0], 4),
         "incremental_vs_rebuild": round(incremental_s[0] / rebuild_s, 4),
         "incremental_lookup_floor_s": round(lookup_s, 4),
+        "rebuild_peak_rss_mb": round(rebuild_rss, 1),
         "peak_rss_mb": round(peak_rss_mb(), 1),
+        "load_average": [round(x, 1) for x in os.getloadavg()],
     }
+
+
+def growth_exponent(sizes: Sequence[float], values: Sequence[float]) -> float:
+    """The least-squares slope of log(value) on log(size): k in value ∝ size^k."""
+    xs = [math.log(s) for s in sizes]
+    ys = [math.log(max(v, 1e-9)) for v in values]
+    mx, my = sum(xs) / len(xs), sum(ys) / len(ys)
+    sxx = sum((x - mx) ** 2 for x in xs)
+    return sum((x - mx) * (y - my) for x, y in zip(xs, ys)) / sxx if sxx else 0.0
+
+
+def _retried(work: Callable[[], T], retries: list[str], attempts: int = 3) -> T:
+    """``work()``, again after a lost connection (a shared server's other clients may cut it); each retry noted."""
+    for attempt in range(attempts):
+        try:
+            return work()
+        except StoreUnavailable as exc:
+            if attempt == attempts - 1:
+                raise
+            retries.append(str(exc).splitlines()[0])
+    raise AssertionError("unreachable")
+
+
+def growth(rt: Runtime, *, sizes: Sequence[int], events_per_resource: int = 10, late: int = 1000,
+           seed: int = 1) -> dict[str, Any]:
+    """``_measure`` at each log size in ``sizes`` (ascending), each step loaded on top of the last.
+
+    A step whose connection is cut is measured again (its events already loaded stay); the report
+    lists every such retry.
+    """
+    rt.store.require_current_schema()
+    runs: list[tuple[str, int]] = []
+    steps = []
+    retries: list[str] = []
+    with rt.store.session():
+        loaded = rt.store.event_count()
+        for step, size in enumerate(sorted(sizes)):
+            extra = size - loaded
+            if extra >= events_per_resource:
+                run_id = uuid.uuid4().hex[:6]
+                _retried(lambda: _load(rt, extra, extra // events_per_resource, run_id,  # noqa: B023
+                                       first_chunk=_chunks_loaded(rt, run_id)), retries)
+                runs.append((run_id, extra // events_per_resource))
+            step_seed = seed + 100 * step + len(retries)  # a retried step's late events get fresh ids
+            steps.append({"events": size, **_retried(lambda: _measure(rt, runs, late=late, seed=step_seed),  # noqa: B023
+                                                     retries)})
+            loaded = rt.store.event_count()
+    logs = [s["log_events"] for s in steps]
+    first, last = steps[0], steps[-1]
+    return {
+        "benchmark": "projection-growth",
+        "database": rt.store.dialect,
+        "steps": steps,
+        "log_growth": round(logs[-1] / logs[0], 2),
+        "incremental_growth": round(last["incremental_s"] / first["incremental_s"], 2),
+        "incremental_exponent": round(growth_exponent(logs, [s["incremental_s"] for s in steps]), 3),
+        "rebuild_exponent": round(growth_exponent(logs, [s["rebuild_s"] for s in steps]), 3),
+        "rebuild_vs_floor_max": max(s["rebuild_vs_floor"] for s in steps),
+        "rebuild_peak_rss_mb_max": max(s["rebuild_peak_rss_mb"] for s in steps),
+        "rebuild_peak_rss_exponent": round(growth_exponent(logs, [s["rebuild_peak_rss_mb"] for s in steps]), 3),
+        "retries": retries,
+    }
+
+
+def _chunks_loaded(rt: Runtime, run: str) -> int:
+    """How many whole load chunks of ``run`` are stored (each chunk commits on its own)."""
+    count = rt.store.query("SELECT count(*) FROM events WHERE event_id LIKE %s", (f"{run}-%",))[0][0]
+    return int(count) // _CHUNK

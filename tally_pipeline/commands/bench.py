@@ -32,16 +32,31 @@ def bench_ingest(rt: Runtime, n_events: int, clients: int, seed: int, server_wor
 
 
 
+# ``--growth`` default sizes: the log grows 8× on each backend (Postgres loads several times slower).
+GROWTH_SIZES = {"duckdb": (1_000_000, 2_000_000, 4_000_000, 8_000_000),
+                "postgres": (250_000, 500_000, 1_000_000, 2_000_000)}
+
+
 @click.command("projection")
 @click.option("--events", "n_events", type=click.IntRange(min=1000), default=2_000_000, show_default=True)
 @click.option("--resources", type=click.IntRange(min=100), default=200_000, show_default=True)
 @click.option("--late", type=click.IntRange(min=1), default=1000, show_default=True)
+@click.option("--growth", is_flag=True,
+              help="Measure at several log sizes in one run (one database, each step loaded on top of the last) "
+                   "and fit the growth exponent; --events/--resources are then ignored.")
+@click.option("--size", "sizes", type=click.IntRange(min=1000), multiple=True,
+              help="With --growth: the log sizes (default 1M-8M events on DuckDB, 250k-2M on Postgres).")
 @with_runtime
-def bench_projection(rt: Runtime, n_events: int, resources: int, late: int) -> None:
+def bench_projection(rt: Runtime, n_events: int, resources: int, late: int, growth: bool,
+                     sizes: tuple[int, ...]) -> None:
     """Projection rebuild and incremental refresh against a plain window-function floor."""
     from tally_pipeline.bench import projection
 
-    click.echo(json.dumps(projection.run(rt, events=n_events, resources=resources, late=late), indent=2))
+    if growth:
+        report = projection.growth(rt, sizes=sizes or GROWTH_SIZES[rt.store.dialect], late=late)
+    else:
+        report = projection.run(rt, events=n_events, resources=resources, late=late)
+    click.echo(json.dumps(report, indent=2))
 
 
 @click.command("accuracy")

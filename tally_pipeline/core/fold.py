@@ -15,10 +15,15 @@ delivery order of the same events folds to the same result. The rules (docs/proj
 
 Interval boundaries are the lifecycle start and every effective update whose (project, size)
 differs from the previous effective create/update of the lifecycle.
+
+Because the fold is a left fold in fold order, events that all come after everything a resource has
+seen can be folded onto its stored result (``resume_from``) instead of its history: that gives the
+same state and intervals as folding the whole history again.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -70,12 +75,30 @@ class Folded:
     intervals: tuple[Interval, ...]
 
 
+@dataclass(frozen=True, slots=True)
+class FoldStart:
+    """Where a stored fold left off: what folding later events onto it needs, instead of the history.
+
+    ``lifecycle`` is the number of the current (or last) lifecycle, -1 before any; ``opened_at``
+    the start of the open interval while live. The intervals a resumed fold returns begin with the
+    open interval (closed or still open), which replaces the stored one.
+    """
+
+    state: ResourceState
+    lifecycle: int
+    opened_at: datetime | None
+
+
 def fold_order(event: FoldEvent) -> tuple[datetime, int, str]:
     return (event.occurred_at, VERB_RANK[event.verb], event.event_id)
 
 
-def fold(events: Iterable[FoldEvent]) -> Folded:
-    """Fold one resource's events (any order, distinct event_ids) into its state and lifecycle."""
+def fold(events: Iterable[FoldEvent], start: FoldStart | None = None) -> Folded:
+    """Fold one resource's events (any order, distinct event_ids) into its state and lifecycle.
+
+    With ``start``, the events are folded onto that stored result; every one of them must come
+    after the last event it folded (the caller checks: ``occurred_at`` later than ``last_event_at``).
+    """
     ordered: Sequence[FoldEvent] = sorted(events, key=fold_order)
     if not ordered:
         raise ValueError("a resource with no events has nothing to fold")
@@ -87,6 +110,13 @@ def fold(events: Iterable[FoldEvent]) -> Folded:
     opened_at: datetime | None = None  # start of the open interval
     created_at: datetime | None = None
     deleted_at: datetime | None = None
+    if start is not None:
+        prior = start.state
+        if ordered[0].occurred_at <= prior.last_event_at:
+            raise ValueError("a resumed fold takes only events later than everything already folded")
+        live, lifecycle, opened_at = prior.status == "live", start.lifecycle, start.opened_at
+        project, size = prior.project_id, prior.size
+        created_at, deleted_at = prior.created_at, prior.deleted_at
 
     def close(at: datetime) -> None:
         if opened_at is not None and at > opened_at:
@@ -126,4 +156,7 @@ def fold(events: Iterable[FoldEvent]) -> Folded:
         last_seq=max(e.seq for e in ordered),
         event_count=len(ordered),
     )
+    if start is not None:
+        state = dataclasses.replace(state, last_seq=max(state.last_seq, start.state.last_seq),
+                                    event_count=state.event_count + start.state.event_count)
     return Folded(state, tuple(intervals))

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from datetime import UTC, datetime, timedelta
 
 import dagster as dg
@@ -170,7 +171,70 @@ def test_single_run_backfill_over_a_range_of_days(setup) -> None:
     assert len(runs) == 1  # one run for three days
     rows = rt.store.query("SELECT day, quantity FROM usage_daily WHERE meter = 'volume_gb_hours' ORDER BY day")
     assert [(str(d), float(q)) for d, q in rows] == [("2026-03-01", 240.0), ("2026-03-02", 240.0), ("2026-03-03", 120.0)]
-    assert materializations(result, "usage_daily")[0]["days"] == "2026-03-01..2026-03-03"
+    # One run, but each day's materialization carries that day's own figures, not the range's.
+    per_day = {e.partition: {k: v.value for k, v in e.step_materialization_data.materialization.metadata.items()}
+               for e in result.get_asset_materialization_events()}
+    assert sorted(per_day) == ["2026-03-01", "2026-03-02", "2026-03-03"]
+    assert [per_day[d]["dagster/row_count"] for d in sorted(per_day)] == [1, 1, 1]
+    assert "| volume_gb_hours | 120" in per_day["2026-03-03"]["totals_by_meter"]
+    assert "| volume_gb_hours | 240" in per_day["2026-03-01"]["totals_by_meter"]
+    assert {m["computed_in_run"] for m in per_day.values()} == {"2026-03-01..2026-03-03"}
+
+
+def test_nightly_usage_schedule_computes_the_day_that_ended(setup) -> None:
+    defs = setup["defs"]
+    schedule = defs.resolve_schedule_def("usage_daily_schedule")
+    assert schedule.cron_schedule == "30 0 * * *"
+    tick = datetime(2026, 12, 2, 0, 30, tzinfo=UTC)
+    context = dg.build_schedule_context(scheduled_execution_time=tick, instance=setup["instance"],
+                                        repository_def=defs.get_repository_def())
+    [request] = list(schedule.evaluate_tick(context).run_requests)
+    assert request.partition_key == "2026-12-01"
+
+
+def landing_sensor_tick(setup, cursor):
+    sensor = setup["defs"].resolve_sensor_def("landing_files_sensor")
+    with dg.build_sensor_context(instance=setup["instance"], cursor=cursor, repository_def=setup["defs"].get_repository_def(),
+                                 resources={"store": setup["defs"].resources["store"]}) as context:
+        result = sensor.evaluate_tick(context)
+        return [r.partition_key for r in result.run_requests or []], context.cursor
+
+
+def test_landing_sensor_picks_up_files_copied_with_old_timestamps(setup) -> None:
+    import os
+    import shutil
+
+    landing = setup["landing"]
+    (landing / "2026-03-01").mkdir()
+    fresh = landing / "2026-03-01" / "new.jsonl"
+    fresh.write_text(json.dumps(vol_event("s1", "vs", "create", T0)) + "\n")
+    requested, cursor = landing_sensor_tick(setup, None)
+    assert requested == ["2026-03-01"]
+    assert landing_sensor_tick(setup, cursor)[0] == []  # seen: nothing new
+    # A backlog arrives with last week's timestamps: copied (cp -p / rsync -a) and moved (mv) in.
+    old = (T0 - timedelta(days=7)).timestamp()
+    backlog = setup["config"].parent / "backlog.jsonl"
+    backlog.write_text(json.dumps(vol_event("s2", "vs2", "create", T0)) + "\n")
+    os.utime(backlog, (old, old))
+    (landing / "2026-03-02").mkdir()
+    shutil.copy2(backlog, landing / "2026-03-02" / "copied.jsonl")
+    moved = setup["config"].parent / "moved.jsonl"
+    shutil.copy2(backlog, moved)
+    (landing / "2026-02-28").mkdir()
+    os.rename(moved, landing / "2026-02-28" / "moved.jsonl")
+    assert (landing / "2026-03-02" / "copied.jsonl").stat().st_mtime < fresh.stat().st_mtime
+    requested, cursor = landing_sensor_tick(setup, cursor)
+    assert requested == ["2026-02-28", "2026-03-02"]
+    assert landing_sensor_tick(setup, cursor)[0] == []
+
+
+def test_landing_sensor_takes_a_former_mtime_cursor_as_seen(setup) -> None:
+    landing = setup["landing"]
+    (landing / "2026-03-01").mkdir()
+    (landing / "2026-03-01" / "a.jsonl").write_text(json.dumps(vol_event("s1", "vs", "create", T0)) + "\n")
+    stamp = (landing / "2026-03-01" / "a.jsonl").stat().st_mtime
+    assert landing_sensor_tick(setup, str(stamp))[0] == []
+    assert landing_sensor_tick(setup, str(stamp - 1))[0] == ["2026-03-01"]
 
 
 def test_blocking_audit_check_stops_posting_when_the_ledger_does_not_add_up(setup) -> None:
@@ -219,7 +283,8 @@ def test_backfill_after_an_outage_posts_the_corrections(setup) -> None:
         (landing / day / "backlog.jsonl").write_text("\n".join(json.dumps(e) for e in events))
     ingested = defs.resolve_job_def("landing_files").execute_in_process(instance=instance, tags={
         "dagster/asset_partition_range_start": "2026-03-01", "dagster/asset_partition_range_end": "2026-03-02"})
-    assert ingested.success and materializations(ingested, "raw_event_batches")[0]["stored"] == 2
+    assert ingested.success
+    assert [(m["stored"], m["files"]) for m in materializations(ingested, "raw_event_batches")] == [(1, 1), (1, 1)]
     backfill = defs.resolve_job_def("usage_daily_job").execute_in_process(instance=instance, tags={
         "dagster/asset_partition_range_start": "2026-03-01", "dagster/asset_partition_range_end": "2026-03-02"})
     assert backfill.success

@@ -85,7 +85,7 @@ def test_webserver_serves_the_asset_graph_schedules_and_sensors(tmp_path) -> Non
     assert assets["sync_runs"]["groupName"] == "reconciliation" and assets["usage_daily"]["groupName"] == "usage"
     schedules = {s["name"]: s for s in repo["schedules"]}
     assert schedules["reconciliation_schedule"]["cronSchedule"] == "*/10 * * * *"
-    assert {"reconciliation_schedule", "delta_posting_schedule", "usage_daily_job_schedule"} <= set(schedules)
+    assert {"reconciliation_schedule", "delta_posting_schedule", "usage_daily_schedule"} <= set(schedules)
     sensors = {s["name"] for s in repo["sensors"]}
     assert {"landing_files_sensor", "settle_window_sensor", "api_writes", "events_silent_sensor", "sync_stale_sensor",
             "sync_errors_sensor", "drift_high_sensor"} <= sensors

@@ -9,6 +9,8 @@ from typing import Any
 
 import dagster as dg
 
+from tally_pipeline.defs import alerts
+from tally_pipeline.defs.automation import EVENT_LOG
 from tally_pipeline.defs.metadata import md_table
 from tally_pipeline.defs.partitions import DAILY
 from tally_pipeline.defs.resources import TallyStore
@@ -104,34 +106,61 @@ def dead_letter_metadata(rt: Any) -> dict[str, Any]:
     }
 
 
-@dg.asset(
-    group_name="ingest",
-    kinds={"duckdb", "postgres"},
-    deps=[raw_event_batches, dg.AssetKey("sync_runs")],
-    automation_condition=dg.AutomationCondition.eager(),
-    description=(
-        "The event log (table events): one row per distinct event_id, written only by the ingest core — by the "
-        "API, landing files and reconciliation. Materializing it records its counts; the api_writes sensor "
-        "reports what the API writes as observations."
-    ),
+def cloud_activity_metadata(rt: Any) -> dict[str, Any]:
+    rows = asset_reads.cloud_activity(rt.store)
+    return {
+        "dagster/row_count": len(rows),
+        "clouds": md_table(["cloud", "collector events", "reconciliation events", "last collector event"],
+                           [[c, n, m, t.isoformat() if t else "never"] for c, n, m, t in rows]),
+        "never_sent_a_collector_event": ", ".join(c for c, n, _, _ in rows if not n) or "none",
+    }
+
+
+@dg.multi_asset(
+    specs=[
+        dg.AssetSpec(
+            "event_log", group_name="ingest", kinds={"duckdb", "postgres"}, deps=[raw_event_batches],
+            automation_condition=EVENT_LOG,
+            description=(
+                "The event log (table events): one row per distinct event_id, written only by the ingest core — by "
+                "the API, landing files and reconciliation. Materializing it records its counts; what the API and "
+                "the syncs write is recorded as materializations too (api_writes sensor, each sync run)."
+            ),
+        ),
+        dg.AssetSpec(
+            "cloud_activity", group_name="ingest", kinds={"duckdb", "postgres"}, deps=[raw_event_batches],
+            automation_condition=EVENT_LOG,
+            description=(
+                "Per cloud: first and last collector event stored, counts by source; kept by the ingest transaction. "
+                "The events_silent alert reads it."
+            ),
+        ),
+    ],
 )
-def event_log(store: TallyStore) -> dg.MaterializeResult:
-    return dg.MaterializeResult(metadata=event_log_metadata(store.runtime))
+def event_log(context: dg.AssetExecutionContext, store: TallyStore):
+    rt = store.runtime
+    yield dg.MaterializeResult(asset_key="event_log", metadata=event_log_metadata(rt))
+    yield dg.MaterializeResult(asset_key="cloud_activity", metadata=cloud_activity_metadata(rt))
+    alerts.report(context, store, ["events_silent"])
 
 
 @dg.asset(
     group_name="ingest",
     kinds={"duckdb", "postgres"},
     deps=[raw_event_batches],
-    automation_condition=dg.AutomationCondition.eager(),
+    automation_condition=EVENT_LOG,
     description="The dead letter (table rejected_events): every refused item or body, with its reason and raw form.",
 )
 def dead_letter(store: TallyStore) -> dg.MaterializeResult:
     return dg.MaterializeResult(metadata=dead_letter_metadata(store.runtime))
 
 
-@dg.sensor(minimum_interval_seconds=60, default_status=dg.DefaultSensorStatus.RUNNING,
-           description="Reports what the API wrote since the last look as observations of event_log and dead_letter.")
+# Every 30 s, with the automation sensor's 30 s, a write through the API reaches the projections within a
+# minute. The writes are recorded as (runless) materializations, not observations: the rows really were
+# written, and declarative automation reacts to a materializable asset's materializations only.
+@dg.sensor(minimum_interval_seconds=30, default_status=dg.DefaultSensorStatus.RUNNING,
+           description="Records what the API wrote since the last look as materializations of event_log, cloud_activity "
+                       "and dead_letter (with the events_silent check); automation then refreshes the projections.")
 def api_writes(context: dg.SensorEvaluationContext, store: TallyStore) -> dg.SensorResult | dg.SkipReason:
     rt = store.runtime
     events = rt.store.event_count()
@@ -139,11 +168,16 @@ def api_writes(context: dg.SensorEvaluationContext, store: TallyStore) -> dg.Sen
     cursor = f"{events}:{rejected}"
     if cursor == context.cursor:
         return dg.SkipReason(f"nothing new: {events} events, {rejected} rejected")
+    before = [int(n) for n in context.cursor.split(":")] if context.cursor else [-1, -1]
     context.update_cursor(cursor)
-    return dg.SensorResult(asset_events=[
-        dg.AssetObservation(dg.AssetKey("event_log"), metadata=event_log_metadata(rt)),
-        dg.AssetObservation(dg.AssetKey("dead_letter"), metadata=dead_letter_metadata(rt)),
-    ])
+    written: list = []
+    if events != before[0]:
+        written += [dg.AssetMaterialization("event_log", metadata={**event_log_metadata(rt), "written_by": "API"}),
+                    dg.AssetMaterialization("cloud_activity", metadata=cloud_activity_metadata(rt)),
+                    *[alerts.evaluation(s) for s in alerts.states(store, ["events_silent"])]]
+    if rejected != before[1]:
+        written.append(dg.AssetMaterialization("dead_letter", metadata=dead_letter_metadata(rt)))
+    return dg.SensorResult(asset_events=written)
 
 
 landing_job = dg.define_asset_job("landing_files", selection=[raw_event_batches])

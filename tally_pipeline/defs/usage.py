@@ -26,13 +26,13 @@ from tally_pipeline.store import asset_reads
     ),
 )
 def usage_daily(context: dg.AssetExecutionContext, store: TallyStore, clock: dg.ResourceParam[Clock]) -> None:
-    from tally_pipeline import projection
+    from tally_pipeline.defs.projection import refresh_and_report
     from tally_pipeline.ledger.daily import recompute_usage_daily
 
     rt = store.runtime
     window = context.partition_time_window
     first, last = window.start.date(), date.fromordinal(window.end.date().toordinal() - 1)
-    projection.refresh(rt.store)  # usage counts every event stored before the run
+    refresh_and_report(context, rt, "usage_daily")  # usage counts every event stored before the run
     result = recompute_usage_daily(rt.store, rt.registry, first, last, through=clock.now())
     context.log.info(f"usage_daily {first}..{last}: {result.rows} rows, {len(result.skipped)} skipped")
     # A range backfill is one run but one materialization per day: each carries its own day's figures.

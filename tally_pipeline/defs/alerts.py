@@ -112,7 +112,8 @@ def _sensor(key: str) -> dg.SensorDefinition:
                description=f"Evaluates the {key.replace('_', ' ')} alert and reports it on {asset}'s {name} check.")
     def sensor(context: dg.SensorEvaluationContext, store: TallyStore) -> dg.SensorResult:
         [state] = states(store, [key])
-        (context.log.warning if not state.passed else context.log.info)(
+        # Only a firing alert is logged as a warning; "unknown" (a cloud never synced) is information.
+        (context.log.warning if state.condition.firing else context.log.info)(
             f"{state.condition.alert}: {state.label}: {state.message}"
             + (f" (runbook: {runbook})" if state.condition.firing else "")
         )

@@ -108,11 +108,13 @@ def dead_letter_metadata(rt: Any) -> dict[str, Any]:
 
 def cloud_activity_metadata(rt: Any) -> dict[str, Any]:
     rows = asset_reads.cloud_activity(rt.store)
+    # A configured cloud with no event at all has no row; events_silent never fires for it, so say so here.
+    quiet = sorted({c for c, n, _, _ in rows if not n} | (set(rt.config.clouds) - {r[0] for r in rows}))
     return {
         "dagster/row_count": len(rows),
         "clouds": md_table(["cloud", "collector events", "reconciliation events", "last collector event"],
                            [[c, n, m, t.isoformat() if t else "never"] for c, n, m, t in rows]),
-        "never_sent_a_collector_event": ", ".join(c for c, n, _, _ in rows if not n) or "none",
+        "never_sent_a_collector_event": ", ".join(quiet) or "none",
     }
 
 

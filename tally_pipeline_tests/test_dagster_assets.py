@@ -272,6 +272,8 @@ def test_asset_definitions_tell_the_story(setup, store_url) -> None:
     sync = graph.get(dg.AssetKey("sync_runs"))
     assert {dg.AssetKey("current_resources"), dg.AssetKey("resource_intervals")} <= set(sync.parent_keys)
     assert "simulated" in sync.kinds and "openstack" not in sync.kinds
+    # "All" partitions from the UI or GraphQL: one run per cloud, each under the per-cloud limit.
+    assert sync.backfill_policy == dg.BackfillPolicy.multi_run(1)
     # The catalog: each table-backed asset names its table and columns, from the migrations.
     specs = {s.key.to_user_string(): s for a in defs.assets for s in a.specs}
     event_log = specs["event_log"]

@@ -35,6 +35,7 @@ from tally_pipeline.defs.resources import Ledger, TallyStore
 from tally_pipeline.defs.tags import NOW
 from tally_pipeline.runtime import Runtime
 from tally_pipeline.sim import DeliverySpec, Simulation, SimulationSpec, simulate
+from tally_pipeline.store import asset_reads
 
 TICK = timedelta(minutes=10)
 START = datetime.fromisoformat("2026-01-05T00:00:00+00:00")
@@ -144,7 +145,7 @@ def _truth_totals(sim: Simulation, registry: SizeSchemaRegistry, through: dateti
 def _ledger_totals(store: Any) -> dict[str, int]:
     from tally_pipeline.core.usage import to_micro
 
-    return {m: to_micro(a) for m, a in store.query("SELECT meter, sum(amount) FROM ledger_postings GROUP BY meter")}
+    return {m: to_micro(a) for m, a in asset_reads.ledger_totals_by_meter(store).items()}
 
 
 def run_demo(s: DemoSettings, *, progress: Callable[[int, int], None] | None = None) -> DemoRun:
@@ -280,9 +281,9 @@ def report(run: DemoRun) -> dict[str, Any]:
                 "events_only_error": _relative(plain, truth),
                 "reconciled_error": _relative(ledger, truth),
             }
-        runs = store.query("SELECT count(*), sum(created), sum(updated), sum(deleted), sum(recovered) FROM sync_runs")[0]
-        deferrals = dict(store.query("SELECT reason, count(*) FROM sync_deferrals GROUP BY reason ORDER BY reason"))
-        postings = dict(store.query("SELECT account, count(*) FROM ledger_postings GROUP BY account"))
+        runs = asset_reads.sync_run_totals(store)
+        deferrals = asset_reads.deferrals_by_reason(store)
+        postings = asset_reads.postings_by_account(store)
         stats = run.sim.stream.stats()
         lost_deletes = run.sim.stream.lost_deletes
         lost_both = run.sim.stream.lost_both
@@ -299,9 +300,8 @@ def report(run: DemoRun) -> dict[str, Any]:
             "events": {"generated": stats.events_generated, "lost": stats.events_lost,
                        "duplicated": stats.events_duplicated, "stored": run.events["stored"],
                        "duplicates": run.events["duplicates"], "rejected": run.events["rejected"]},
-            "syncs": {"runs": int(runs[0]), "dagster_runs": dict(run.dagster_runs)},
-            "corrections": {"created": int(runs[1] or 0), "updated": int(runs[2] or 0), "deleted": int(runs[3] or 0),
-                            "recovered": int(runs[4] or 0)},
+            "syncs": {"runs": runs["runs"], "dagster_runs": dict(run.dagster_runs)},
+            "corrections": {k: runs[k] for k in ("created", "updated", "deleted", "recovered")},
             "deferrals": {k: int(v) for k, v in deferrals.items()},
             "postings": {k: int(v) for k, v in postings.items()},
             "meters": meters,

@@ -412,3 +412,17 @@ def test_the_posting_cycle_records_the_fold_it_runs(setup) -> None:
     again = defs.resolve_job_def("delta_posting").execute_in_process(
         instance=instance, tags={"tally/now": (T0 + timedelta(hours=6)).isoformat()})
     assert again.success and materializations(again, "current_resources") == []
+
+
+def test_a_failed_sync_still_reports_its_checks_red(setup) -> None:
+    defs, view, instance = setup["defs"], setup["view"], setup["instance"]
+    view.failures["volume"] = "error"  # the only listed type fails: the run fails
+    [request] = reconciliation_requests(["c1"], T0 + timedelta(hours=6))
+    result = defs.resolve_job_def("reconciliation").execute_in_process(
+        partition_key="c1", instance=instance, tags=request.tags, raise_on_error=False)
+    assert not result.success
+    checks = {e.event_specific_data.check_name: e.event_specific_data for e in result.all_events
+              if e.event_type_value == "ASSET_CHECK_EVALUATION"}
+    assert not checks["sync_errors"].passed and checks["sync_errors"].severity == dg.AssetCheckSeverity.ERROR
+    observed = [e for e in result.all_events if e.event_type_value == "ASSET_OBSERVATION"]
+    assert observed and observed[0].event_specific_data.asset_observation.metadata["status"].value == "failed"

@@ -102,6 +102,11 @@ def build(clouds: list[str], partitions: dg.PartitionsDefinition) -> dict[str, l
         # Every sync changes what the sync checks see: report them in this run, next to its materialization.
         alerts.report(context, store, [*alerts.SYNC_CHECKS, *(["events_silent"] if wrote_events else [])])
         if failures:
+            # Yielding the failed clouds' observations also hands Dagster the events logged above
+            # (they are flushed with the next yielded event; a raise alone would drop them).
+            for cloud, error, rows in failures:
+                yield dg.AssetObservation(asset_key="sync_runs", partition=cloud, metadata={
+                    "status": "failed", "error": error or "", "per_type": md_table(header, rows)})
             raise dg.Failure("reconciliation failed: " + "; ".join(f"{c}: {e}" for c, e, _ in failures),
                              metadata={"per_type": md_table(["cloud", *header],
                                                             [[c, *r] for c, _, rows in failures for r in rows])})

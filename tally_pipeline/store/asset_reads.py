@@ -1,7 +1,8 @@
-"""Reads behind what Dagster shows: materialization metadata, sensors' cursors and follow-up decisions.
+"""Reads behind what Dagster and the demo show: materialization metadata, sensors' cursors and
+follow-up decisions, the demo's report.
 
-Plain SQL that means the same in both dialects; the Dagster wiring (``defs/``) calls these instead of
-holding SQL itself.
+Plain SQL that means the same in both dialects; the Dagster wiring (``defs/``) and the demo call these
+instead of holding SQL themselves.
 """
 
 from __future__ import annotations
@@ -79,3 +80,24 @@ def due_follow_ups(store: Store, now: datetime) -> list[tuple[str, datetime]]:
         "WHERE d.retry_after IS NOT NULL AND d.retry_after <= %s GROUP BY d.cloud",
         [now],
     )]
+
+
+def ledger_totals_by_meter(store: Store) -> dict[str, Decimal]:
+    return {m: Decimal(a) for m, a in store.query("SELECT meter, sum(amount) FROM ledger_postings GROUP BY meter")}
+
+
+def sync_run_totals(store: Store) -> dict[str, int]:
+    """Every sync run so far: how many, and their corrections."""
+    runs, created, updated, deleted, recovered = store.query(
+        "SELECT count(*), sum(created), sum(updated), sum(deleted), sum(recovered) FROM sync_runs")[0]
+    return {"runs": int(runs), "created": int(created or 0), "updated": int(updated or 0),
+            "deleted": int(deleted or 0), "recovered": int(recovered or 0)}
+
+
+def deferrals_by_reason(store: Store) -> dict[str, int]:
+    return {r: int(n) for r, n in store.query(
+        "SELECT reason, count(*) FROM sync_deferrals GROUP BY reason ORDER BY reason")}
+
+
+def postings_by_account(store: Store) -> dict[str, int]:
+    return {a: int(n) for a, n in store.query("SELECT account, count(*) FROM ledger_postings GROUP BY account")}

@@ -397,6 +397,13 @@ def test_a_sync_launched_without_tags_carries_its_cloud_and_records_every_write(
     assert {"sync_stale", "sync_errors", "drift_high", "events_silent"} <= set(checks)
     assert not checks["sync_errors"].passed and checks["sync_errors"].metadata["never_synced"].value == "c2"
     assert checks["sync_errors"].severity == dg.AssetCheckSeverity.WARN
+    # The api_writes sensor does not record the sync's writes a second time (that would start a
+    # projection run for events already folded).
+    sensor = defs.resolve_sensor_def("api_writes")
+    with dg.build_sensor_context(instance=instance, repository_def=defs.get_repository_def(),
+                                 resources={"store": defs.resources["store"]}) as context:
+        looked = sensor.evaluate_tick(context)
+    assert "event_log" not in {e.asset_key.to_user_string() for e in looked.asset_events or []}
 
 
 def test_the_posting_cycle_records_the_fold_it_runs(setup) -> None:

@@ -173,10 +173,17 @@ def api_writes(context: dg.SensorEvaluationContext, store: TallyStore) -> dg.Sen
     before = [int(n) for n in context.cursor.split(":")] if context.cursor else [-1, -1]
     context.update_cursor(cursor)
     written: list = []
-    if events != before[0]:
-        written += [dg.AssetMaterialization("event_log", metadata={**event_log_metadata(rt), "written_by": "API"}),
-                    dg.AssetMaterialization("cloud_activity", metadata=cloud_activity_metadata(rt)),
-                    *[alerts.evaluation(s) for s in alerts.states(store, ["events_silent"])]]
+    # A sync or a landing run already records its own writes; record only a count nobody recorded, so
+    # automation does not start a projection run for writes the projection already folded.
+    latest = context.instance.get_latest_materialization_event(dg.AssetKey("event_log"))
+    recorded = latest.asset_materialization.metadata.get("dagster/row_count") if latest else None
+    if events != before[0] and (recorded is None or recorded.value != events):
+        written += [
+            dg.AssetMaterialization("event_log", metadata={
+                **event_log_metadata(rt), "recorded_by": "api_writes sensor: the count changed since its last look"}),
+            dg.AssetMaterialization("cloud_activity", metadata=cloud_activity_metadata(rt)),
+            *[alerts.evaluation(s) for s in alerts.states(store, ["events_silent"])],
+        ]
     if rejected != before[1]:
         written.append(dg.AssetMaterialization("dead_letter", metadata=dead_letter_metadata(rt)))
     return dg.SensorResult(asset_events=written)

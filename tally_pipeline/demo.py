@@ -14,6 +14,8 @@ as a tenant sees it, per (cloud, project, meter) with absolute differences summe
 
 from __future__ import annotations
 
+import logging
+import sys
 import tempfile
 import time
 from collections import Counter
@@ -34,6 +36,7 @@ from tally_pipeline.defs.resources import Ledger, TallyStore
 from tally_pipeline.defs.tags import NOW
 from tally_pipeline.runtime import Runtime
 from tally_pipeline.sim import DeliverySpec, Simulation, SimulationSpec, simulate
+from tally_pipeline.store import asset_reads
 
 TICK = timedelta(minutes=10)
 START = datetime.fromisoformat("2026-01-05T00:00:00+00:00")
@@ -50,6 +53,7 @@ class DemoSettings:
     resources: int = 60
     settle_window: float = 300.0
     ingest_lag: float = 900.0
+    verbose: bool = False  # also echo Dagster's log (always written to dagster.log in the directory)
 
 
 class SimulatedClock:
@@ -125,6 +129,28 @@ def _config(directory: Path, s: DemoSettings, clouds: list[str]) -> Path:
     return path
 
 
+def demo_logger(path: Path, echo: bool) -> dg.LoggerDefinition:
+    """A Dagster logger writing every run's events to ``path`` (and to stderr when ``echo``)."""
+    log = logging.getLogger("tally.demo.dagster")
+    log.setLevel(logging.DEBUG)
+    log.propagate = False
+    for handler in list(log.handlers):
+        log.removeHandler(handler)
+        handler.close()
+    handlers: list[logging.Handler] = [logging.FileHandler(path, mode="w", encoding="utf-8")]
+    if echo:
+        handlers.append(logging.StreamHandler(sys.stderr))
+    for handler in handlers:
+        handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(message)s"))
+        log.addHandler(handler)
+
+    @dg.logger(description="The demo's Dagster log: a file in the demo directory.")
+    def demo_log(_: dg.InitLoggerContext) -> logging.Logger:
+        return log
+
+    return demo_log
+
+
 def _truth_totals(sim: Simulation, registry: SizeSchemaRegistry, through: datetime) -> dict[str, int]:
     """Ground-truth usage per meter through ``through``, with the ledger's own meter arithmetic."""
     totals: dict[str, int] = {}
@@ -137,7 +163,7 @@ def _truth_totals(sim: Simulation, registry: SizeSchemaRegistry, through: dateti
 def _ledger_totals(store: Any) -> dict[str, int]:
     from tally_pipeline.core.usage import to_micro
 
-    return {m: to_micro(a) for m, a in store.query("SELECT meter, sum(amount) FROM ledger_postings GROUP BY meter")}
+    return {m: to_micro(a) for m, a in asset_reads.ledger_totals_by_meter(store).items()}
 
 
 _EPOCH = datetime.fromisoformat("1970-01-01T00:00:00+00:00")
@@ -175,17 +201,23 @@ def run_demo(s: DemoSettings, *, progress: Callable[[int, int], None] | None = N
     clock = SimulatedClock(sim.start)
     store = TallyStore(config_path=str(config))
     resources = {"store": store, "ledger": Ledger(store=store), "adapters": SimulatedPlatforms(sim), "clock": clock}
-    defs = build_definitions(clouds, resources)
+    # Every run's Dagster log goes to dagster.log in the demo directory, not the terminal (thousands of
+    # step lines would bury the report); --verbose echoes it too.
+    defs = dg.Definitions.merge(build_definitions(clouds, resources),
+                                dg.Definitions(loggers={"demo_log": demo_logger(directory / "dagster.log", s.verbose)}))
     instance = dg.DagsterInstance.ephemeral()
     reconcile = defs.resolve_job_def("reconciliation")
     hourly = dg.Definitions.merge(defs, dg.Definitions(jobs=[dg.define_asset_job(
         "demo_hourly", selection=dg.AssetSelection.assets(
-            "current_resources", "resource_intervals", "ledger_audit", "ledger_postings", "usage_checkpoints"))])
+            "current_resources", "resource_intervals", "projection_state", "ledger_audit", "ledger_postings",
+            "usage_checkpoints"))])
     ).resolve_job_def("demo_hourly")
     partition_range = {"dagster/asset_partition_range_start": clouds[0], "dagster/asset_partition_range_end": clouds[-1]}
 
     def execute(job: dg.JobDefinition, name: str, **kwargs: Any) -> dg.ExecuteInProcessResult:
-        result = job.execute_in_process(instance=instance, raise_on_error=True, **kwargs)
+        # A logger is used only when the run config names it; naming ours replaces Dagster's console one.
+        result = job.execute_in_process(instance=instance, raise_on_error=True,
+                                        run_config={"loggers": {"demo_log": {}}}, **kwargs)
         run.dagster_runs[name] += 1
         return result
 
@@ -281,9 +313,9 @@ def report(run: DemoRun) -> dict[str, Any]:
                 "events_only_error": _relative(plain, truth),
                 "reconciled_error": _relative(ledger, truth),
             }
-        runs = store.query("SELECT count(*), sum(created), sum(updated), sum(deleted), sum(recovered) FROM sync_runs")[0]
-        deferrals = dict(store.query("SELECT reason, count(*) FROM sync_deferrals GROUP BY reason ORDER BY reason"))
-        postings = dict(store.query("SELECT account, count(*) FROM ledger_postings GROUP BY account"))
+        runs = asset_reads.sync_run_totals(store)
+        deferrals = asset_reads.deferrals_by_reason(store)
+        postings = asset_reads.postings_by_account(store)
         stats = run.sim.stream.stats()
         lost_deletes = run.sim.stream.lost_deletes
         lost_both = run.sim.stream.lost_both
@@ -291,6 +323,7 @@ def report(run: DemoRun) -> dict[str, Any]:
             "database": str(run.directory / "tally.duckdb"),
             "events_only_database": str(run.directory / "events-only.duckdb"),
             "picture": str(run.directory / "report.png"),
+            "dagster_log": str(run.directory / "dagster.log"),
             "simulated": {"clouds": list(run.sim.clouds), "hours": run.settings.hours, "seed": run.settings.seed,
                           "loss": run.settings.loss, "duplicates": run.settings.duplicates,
                           "start": format_rfc3339(run.sim.start), "end": format_rfc3339(run.sim.end),
@@ -299,9 +332,8 @@ def report(run: DemoRun) -> dict[str, Any]:
             "events": {"generated": stats.events_generated, "lost": stats.events_lost,
                        "duplicated": stats.events_duplicated, "stored": run.events["stored"],
                        "duplicates": run.events["duplicates"], "rejected": run.events["rejected"]},
-            "syncs": {"runs": int(runs[0]), "dagster_runs": dict(run.dagster_runs)},
-            "corrections": {"created": int(runs[1] or 0), "updated": int(runs[2] or 0), "deleted": int(runs[3] or 0),
-                            "recovered": int(runs[4] or 0)},
+            "syncs": {"runs": runs["runs"], "dagster_runs": dict(run.dagster_runs)},
+            "corrections": {k: runs[k] for k in ("created", "updated", "deleted", "recovered")},
             "deferrals": {k: int(v) for k, v in deferrals.items()},
             "postings": {k: int(v) for k, v in postings.items()},
             "meters": meters,

@@ -118,6 +118,7 @@ def text(report: dict[str, Any]) -> str:
         "",
         f"database:  {report['database']}   (events-only baseline: {report['events_only_database']})",
         f"picture:   {report['picture']}",
+        f"dagster:   {report['dagster_log']}   (every run's log; --verbose prints it too)",
         f"took {report['seconds']} s",
     ]
     return "\n".join(lines)

@@ -63,6 +63,8 @@ def check_outcome(defs, name: str) -> bool:
 
 def reported(result) -> tuple[str, bool] | None:
     events = [e for e in (result.asset_events or []) if isinstance(e, dg.AssetCheckEvaluation)]
+    if events and not events[0].passed:
+        assert events[0].severity == dg.AssetCheckSeverity.ERROR  # a firing alert is red, not a warning
     return (events[0].check_name, events[0].passed) if events else None
 
 
@@ -88,11 +90,11 @@ CASES = {
         lambda s: (run_row(s, "c1", "succeeded", NOW - timedelta(minutes=5)), run_row(s, "c2", "succeeded", NOW - timedelta(hours=2))),
     ),
     "sync_errors": (
-        lambda s: run_row(s, "c1", "succeeded", NOW - timedelta(minutes=5)),
+        lambda s: (run_row(s, "c1", "succeeded", NOW - timedelta(minutes=5)), run_row(s, "c2", "succeeded", NOW)),
         lambda s: run_row(s, "c1", "failed", NOW - timedelta(minutes=5), error="volume: HTTP 500"),
     ),
     "drift_high": (
-        lambda s: run_row(s, "c1", "succeeded", NOW - timedelta(minutes=5), drift=0.01),
+        lambda s: (run_row(s, "c1", "succeeded", NOW - timedelta(minutes=5), drift=0.01), run_row(s, "c2", "succeeded", NOW)),
         lambda s: run_row(s, "c1", "succeeded", NOW - timedelta(minutes=5), drift=0.3),
     ),
 }
@@ -123,3 +125,16 @@ def test_drift_high_fires_on_a_tripped_guard_even_with_low_drift() -> None:
     run = rules.LastRun("c1", "succeeded", NOW, 0.0, None, guard_tripped=True)
     condition = rules.drift_high([run], rules.AlertSettings())
     assert condition.firing and "mass-delete guard" in condition.message
+
+
+@pytest.mark.parametrize("alert", ["sync_errors", "drift_high"])
+def test_a_cloud_that_never_synced_is_unknown_not_green(env, alert) -> None:
+    rt, defs = env
+    run_row(rt.store, "c1", "succeeded", NOW - timedelta(minutes=5))  # c2 never synced
+    result, _ = sensor_result(defs, f"{alert}_sensor")
+    [evaluation] = [e for e in result.asset_events if isinstance(e, dg.AssetCheckEvaluation)]
+    assert not evaluation.passed and evaluation.severity == dg.AssetCheckSeverity.WARN
+    assert evaluation.metadata["never_synced"].value == "c2" and evaluation.metadata["state"].value == "UNKNOWN"
+    assert check_outcome(defs, alert) is False
+    run_row(rt.store, "c2", "succeeded", NOW - timedelta(minutes=1))
+    assert check_outcome(defs, alert) is True

@@ -18,14 +18,18 @@ def demo(tmp_path: Path, name: str, *args: str) -> dict:
         capture_output=True, text=True, timeout=600, env={**os.environ, "TALLY_CONFIG": ""},
     )
     assert result.returncode == 0, result.stderr[-3000:]
+    # Quiet: no Dagster log on the terminal (it is in dagster.log), no warnings.
+    assert "DEBUG" not in result.stderr and "Warning" not in result.stderr, result.stderr[-3000:]
     report = json.loads(result.stdout)
+    assert "RUN_SUCCESS" in Path(report["dagster_log"]).read_text()
     assert Path(report["database"]).is_file() and Path(report["picture"]).stat().st_size > 10_000
     return report
 
 
 def figures(report: dict) -> dict:
     """What must not change between two runs with the same seed (paths and timings aside)."""
-    return {k: v for k, v in report.items() if k not in ("database", "events_only_database", "picture", "seconds")}
+    return {k: v for k, v in report.items()
+            if k not in ("database", "events_only_database", "picture", "dagster_log", "seconds")}
 
 
 @pytest.fixture(scope="module")
@@ -83,3 +87,15 @@ def test_without_loss_both_ledgers_are_exact(tmp_path) -> None:
     assert report["tenant"]["abs_error"] == {"events_only": 0.0, "reconciled": 0.0}
     assert report["tenant"]["worst"] == {"events_only": None, "reconciled": None}
     assert report["events"]["lost"] == 0
+
+
+@pytest.mark.slow
+def test_verbose_prints_the_dagster_log(tmp_path) -> None:
+    directory = tmp_path / "verbose"
+    result = subprocess.run(
+        [sys.executable, "-m", "tally_pipeline", "demo", "--hours", "1", "--clouds", "1", "--verbose", "--dir", str(directory)],
+        capture_output=True, text=True, timeout=600, env={**os.environ, "TALLY_CONFIG": ""},
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "RUN_START" in result.stderr and "RUN_START" in (directory / "dagster.log").read_text()
+    assert "tally demo" in result.stdout

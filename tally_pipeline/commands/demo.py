@@ -19,8 +19,10 @@ import click
 @click.option("--dir", "directory", type=click.Path(file_okay=False, path_type=Path),
               help="Where to leave the databases and the picture (default: a new temporary directory).")
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
+@click.option("--verbose", is_flag=True,
+              help="Also print Dagster's log (always written to dagster.log in the demo directory).")
 def demo(clouds: int, hours: float, loss: float, duplicates: float, seed: int, directory: Path | None,
-         as_json: bool) -> None:
+         as_json: bool, verbose: bool) -> None:
     """Run the real pipeline (the Dagster jobs) over simulated clouds on an embedded DuckDB and show the
     ledger converging to the ground truth."""
     from tqdm import tqdm
@@ -28,9 +30,11 @@ def demo(clouds: int, hours: float, loss: float, duplicates: float, seed: int, d
     from tally_pipeline.demo import DemoSettings, report, run_demo
     from tally_pipeline.demo_report import picture, text
 
-    logging.getLogger("dagster").setLevel(logging.WARNING)  # the report says what happened; no step chatter
+    if not verbose:  # the report says what happened; the runs' own log is in dagster.log
+        logging.getLogger("dagster").setLevel(logging.WARNING)
     settings = DemoSettings(clouds=clouds, hours=hours, loss=loss, duplicates=duplicates, seed=seed,
-                            directory=directory.resolve() if directory else None)
+                            directory=directory.resolve() if directory else None, verbose=verbose)
+    # The bar goes to stderr and only on a terminal (disable=None), so --json output stays clean.
     with tqdm(total=int(hours * 6), desc="simulated 10-minute ticks", unit="tick", leave=False,
               disable=None) as bar:
         run = run_demo(settings, progress=lambda n, total: bar.update(n - bar.n))

@@ -59,11 +59,11 @@ def ledger_audit(context: dg.AssetExecutionContext, ledger: Ledger):
 )
 def delta_posting_cycle(context: dg.AssetExecutionContext, ledger: Ledger, clock: dg.ResourceParam[Clock]):
     """One checkpoint-delta cycle at now: post usage through now − ingest_lag minus each checkpoint."""
-    from tally_pipeline import projection
+    from tally_pipeline.defs.projection import refresh_and_report
 
     tags = context.run.tags
     now = parse_rfc3339(tags[NOW]) if NOW in tags else to_utc(clock.now())
-    projection.refresh(ledger.runtime.store)
+    refresh_and_report(context, ledger.runtime, "delta_posting_cycle")  # post every stored event; record the fold
     result = ledger.post(now)
     summary = result.to_dict()
     for skipped in (result.skipped + result.excluded)[:20]:

@@ -1,4 +1,4 @@
-"""Per-cloud reconciliation: an asset partitioned by configured cloud, its job, schedule and follow-ups."""
+"""Per-cloud reconciliation: sync_runs and sync_deferrals partitioned by configured cloud, its job, schedule and follow-ups."""
 
 
 from datetime import UTC, datetime
@@ -9,26 +9,43 @@ from tally_pipeline.core.timeutil import format_rfc3339, parse_rfc3339, to_utc
 from tally_pipeline.defs.metadata import md_table
 from tally_pipeline.defs.resources import AdapterSource, Clock, TallyStore
 from tally_pipeline.defs.tags import CLOUD, POLL_TIME, POOL, RUN_KEY
+from tally_pipeline.store import asset_reads
 
 
 def build(clouds: list[str], partitions: dg.PartitionsDefinition) -> dict[str, list]:
     """The reconciliation asset, job, schedule and settle-window sensor for the configured clouds."""
 
-    @dg.asset(
-        name="sync_runs",
-        group_name="reconciliation",
-        kinds={"openstack", "python"},
-        partitions_def=partitions,
-        backfill_policy=dg.BackfillPolicy.single_run(),
+    @dg.multi_asset(
+        specs=[
+            dg.AssetSpec(
+                "sync_runs", group_name="reconciliation", kinds={"python"}, partitions_def=partitions,
+                deps=["current_resources", "resource_intervals"],  # the diff reads the projection
+                description=(
+                    "One reconciliation run per cloud partition: list the platform, diff against the projection, "
+                    "write sync.* corrections through the ingest core (recorded as a materialization of event_log and of "
+                    "a materialization of the projections it re-folds), record sync_runs and sync_deferrals "
+                    "(docs/reconciliation.md). The run key and poll time come from the schedule's tick."
+                ),
+            ),
+            dg.AssetSpec(
+                "sync_deferrals", group_name="reconciliation", kinds={"python"}, partitions_def=partitions,
+                deps=["current_resources"],
+                description=(
+                    "What each sync deferred instead of correcting (in transition, inside the settle window, held by "
+                    "the mass-delete guard, unconfirmed), with when a follow-up may book it."
+                ),
+            ),
+        ],
+        # "All" partitions (a backfill from the UI or GraphQL) starts one run per cloud, so each run
+        # carries its cloud and the per-cloud run limit applies.
+        backfill_policy=dg.BackfillPolicy.multi_run(1),
         pool=POOL,
-        description=(
-            "One reconciliation run per cloud partition: list the platform, diff against the projection, write "
-            "sync.* corrections through the ingest core, record sync_runs and sync_deferrals "
-            "(docs/reconciliation.md). The run key and poll time come from the schedule's tick."
-        ),
     )
     def sync_runs(context: dg.AssetExecutionContext, store: TallyStore, adapters: dg.ResourceParam[AdapterSource],
-                  clock: dg.ResourceParam[Clock]) -> dg.MaterializeResult:
+                  clock: dg.ResourceParam[Clock]):
+        from tally_pipeline.defs import alerts
+        from tally_pipeline.defs.ingest import cloud_activity_metadata, event_log_metadata
+        from tally_pipeline.defs.projection import report_refresh
         from tally_pipeline.sync import SyncInProgress, run_sync
 
         tags = context.run.tags
@@ -36,12 +53,18 @@ def build(clouds: list[str], partitions: dg.PartitionsDefinition) -> dict[str, l
         run_key = tags.get(RUN_KEY) or f"dagster:{context.run.run_id}"
         rt = store.runtime
         settings = rt.config.reconciliation
-        rows, totals, failures = [], {"created": 0, "updated": 0, "deleted": 0, "recovered": 0, "deferred": 0}, []
-        deferrals: dict[str, int] = {}
-        drift = 0.0
+        header = ["type", "status", "listed", "corrections", "deferred", "reason"]
+        failures = []
         for cloud in context.partition_keys:
             if cloud not in rt.config.clouds and cloud not in clouds:
                 raise dg.Failure(f"cloud {cloud!r} is not configured")
+        if CLOUD not in tags and len(context.partition_keys) == 1:
+            # A run launched from the UI's Materialize or GraphQL has no tally/cloud tag (only
+            # dagster/partition, which deploy/dagster.yaml also limits): add it, so every run names its cloud.
+            context.instance.add_run_tags(context.run.run_id, {CLOUD: context.partition_keys[0]})
+        watermark = asset_reads.projection_watermark(rt.store)
+        events = rt.store.event_count()
+        for cloud in context.partition_keys:
             try:
                 run = run_sync(rt.store, rt.ingestor, cloud, adapters.adapter(cloud),
                                settle_window=settings.settle_window, mass_delete_guard=settings.mass_delete_guard,
@@ -50,30 +73,45 @@ def build(clouds: list[str], partitions: dg.PartitionsDefinition) -> dict[str, l
                 raise dg.Failure(str(exc)) from exc
             log = context.log.warning if run.status != "succeeded" else context.log.info
             log(f"{cloud}: {run.status}; created {run.created}, updated {run.updated}, deleted {run.deleted}, "
-                f"recovered {run.recovered}, deferred {run.deferred}; drift {run.drift:.2%}"
+                f"recovered {run.recovered}, deferred {run.deferred}; drift {(run.drift or 0.0):.2%}"
                 + (f"; {run.error}" if run.error else ""))
-            for key in totals:
-                totals[key] += getattr(run, key)
-            for reason, n in run.deferrals_by_reason().items():
-                deferrals[reason] = deferrals.get(reason, 0) + n
-            drift = max(drift, run.drift or 0.0)
+            rows = [[rtype, o["status"], o["listed"], o["corrections"], o["deferred"], (o["reason"] or "")[:80]]
+                    for rtype, o in run.per_type.items()]
             if run.status == "failed":
-                failures.append(f"{cloud}: {run.error}")
-            for rtype, o in run.per_type.items():
-                rows.append([cloud, rtype, o["status"], o["listed"], o["corrections"], o["deferred"],
-                             (o["reason"] or "")[:80]])
+                failures.append((cloud, run.error, rows))
+                continue
+            context.add_asset_metadata(asset_key="sync_runs", partition_key=cloud, metadata={
+                "status": run.status, "created": run.created, "updated": run.updated, "deleted": run.deleted,
+                "recovered": run.recovered, "deferred": run.deferred,
+                "poll_time": format_rfc3339(poll_time), "run_key": run_key, "sync_run_id": run.run_id,
+                "drift": dg.MetadataValue.text(f"{(run.drift or 0.0):.2%}"), "live_before": run.live_before,
+                "per_type": md_table(header, rows),
+            })
+            context.add_asset_metadata(asset_key="sync_deferrals", partition_key=cloud, metadata={
+                "dagster/row_count": run.deferred, "sync_run_id": run.run_id,
+                "by_reason": dg.MetadataValue.json(run.deferrals_by_reason()),
+            })
+        # The sync wrote events and re-folded the projection inside its body: record both.
+        wrote_events = rt.store.event_count() != events
+        if wrote_events:
+            context.log_event(dg.AssetMaterialization(asset_key="event_log", metadata={
+                **event_log_metadata(rt), "written_by": f"sync_runs ({', '.join(context.partition_keys)})"}))
+            context.log_event(dg.AssetMaterialization(asset_key="cloud_activity", metadata=cloud_activity_metadata(rt)))
+        if asset_reads.projection_watermark(rt.store) != watermark:
+            report_refresh(context, rt, None, f"sync_runs ({', '.join(context.partition_keys)})")
+        # Every sync changes what the sync checks see: report them in this run, next to its materialization.
+        alerts.report(context, store, [*alerts.SYNC_CHECKS, *(["events_silent"] if wrote_events else [])])
         if failures:
-            raise dg.Failure("reconciliation failed: " + "; ".join(failures),
-                             metadata={"per_type": md_table(["cloud", "type", "status", "listed", "corrections",
-                                                              "deferred", "reason"], rows)})
-        return dg.MaterializeResult(metadata={
-            **totals,
-            "poll_time": format_rfc3339(poll_time),
-            "run_key": run_key,
-            "drift": drift,
-            "deferrals_by_reason": dg.MetadataValue.json(deferrals),
-            "per_type": md_table(["cloud", "type", "status", "listed", "corrections", "deferred", "reason"], rows),
-        })
+            # Yielding the failed clouds' observations also hands Dagster the events logged above
+            # (they are flushed with the next yielded event; a raise alone would drop them).
+            for cloud, error, rows in failures:
+                yield dg.AssetObservation(asset_key="sync_runs", partition=cloud, metadata={
+                    "status": "failed", "error": error or "", "per_type": md_table(header, rows)})
+            raise dg.Failure("reconciliation failed: " + "; ".join(f"{c}: {e}" for c, e, _ in failures),
+                             metadata={"per_type": md_table(["cloud", *header],
+                                                            [[c, *r] for c, _, rows in failures for r in rows])})
+        yield dg.MaterializeResult(asset_key="sync_runs")
+        yield dg.MaterializeResult(asset_key="sync_deferrals")
 
     # The alert checks on sync_runs are reported by their sensors every minute; running them as extra
     # steps of every 10-minute sync would only slow each run down.
@@ -111,16 +149,8 @@ def reconciliation_requests(clouds: list[str], tick: datetime) -> list[dg.RunReq
 
 def follow_up_requests(store, clouds: list[str], now: datetime) -> list[dg.RunRequest]:
     """Clouds whose latest run deferred something that is now due, and that no run has looked at since."""
-    rows = store.query(
-        "SELECT d.cloud, max(d.retry_after) FROM sync_deferrals d "
-        "JOIN (SELECT cloud, max(started_at) AS started_at FROM sync_runs WHERE status <> 'running' GROUP BY cloud) l "
-        "ON d.cloud = l.cloud JOIN sync_runs r ON r.cloud = l.cloud AND r.started_at = l.started_at "
-        "AND r.run_id = d.run_id "
-        "WHERE d.retry_after IS NOT NULL AND d.retry_after <= %s GROUP BY d.cloud",
-        [now],
-    )
     requests = []
-    for cloud, due in rows:
+    for cloud, due in asset_reads.due_follow_ups(store, now):
         if cloud not in clouds:
             continue
         stamp = format_rfc3339(to_utc(now))

@@ -462,12 +462,12 @@ def test_a_failed_sync_still_reports_its_checks_red(setup) -> None:
 
 
 def test_the_shipped_instance_holds_one_run_per_cloud(tmp_path) -> None:
-    """deploy/dagster.yaml, as copied into DAGSTER_HOME, limits runs per tally/cloud and per partition
+    """deploy/embedded/dagster.yaml, as copied into DAGSTER_HOME, limits runs per tally/cloud and per partition
     (a run launched from the UI or GraphQL carries its partition tag when it is queued)."""
     import shutil
     from pathlib import Path
 
-    shutil.copy(Path(__file__).resolve().parents[1] / "deploy" / "dagster.yaml", tmp_path / "dagster.yaml")
+    shutil.copy(Path(__file__).resolve().parents[1] / "deploy" / "embedded" / "dagster.yaml", tmp_path / "dagster.yaml")
     with dg.DagsterInstance.from_config(str(tmp_path)) as instance:
         limits = instance.get_concurrency_config().run_queue_config.tag_concurrency_limits
     per_value = {limit["key"]: limit["limit"] for limit in limits if limit["value"] == {"applyLimitPerUniqueValue": True}}

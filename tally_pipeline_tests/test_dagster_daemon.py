@@ -65,7 +65,7 @@ def test_the_daemon_refreshes_the_projections_after_an_api_write(tmp_path, pg_ur
     rt.store.migrate()
     home = tmp_path / "dagster_home"
     home.mkdir()
-    (home / "dagster.yaml").write_text((ROOT / "deploy" / "dagster.yaml").read_text())
+    (home / "dagster.yaml").write_text((ROOT / "deploy" / "embedded" / "dagster.yaml").read_text())
     env = {**os.environ, "TALLY_CONFIG": str(config), "DAGSTER_HOME": str(home)}
     proc = subprocess.Popen(
         [sys.executable, "-m", "dagster._daemon", "run", "-w", str(ROOT / "workspace.yaml")],

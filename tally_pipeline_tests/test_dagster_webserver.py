@@ -48,7 +48,7 @@ def test_webserver_serves_the_asset_graph_schedules_and_sensors(tmp_path) -> Non
                       "clouds:\n  region-one: {provider: simulated}\n  region-two: {provider: simulated}\n")
     home = tmp_path / "dagster_home"
     home.mkdir()
-    (home / "dagster.yaml").write_text((ROOT / "deploy" / "dagster.yaml").read_text())
+    (home / "dagster.yaml").write_text((ROOT / "deploy" / "embedded" / "dagster.yaml").read_text())
     env = {**os.environ, "TALLY_CONFIG": str(config), "DAGSTER_HOME": str(home)}
     port = free_port()
     proc = subprocess.Popen(

@@ -198,7 +198,11 @@ def test_dagster_instance_settings_build_a_queued_postgres_instance(
         assert isinstance(instance.run_coordinator, QueuedRunCoordinator)
         assert type(instance.run_storage).__name__ == "PostgresRunStorage"
         limits = instance.get_concurrency_config().run_queue_config.tag_concurrency_limits
-        assert limits == [{"key": "tally/cloud", "value": {"applyLimitPerUniqueValue": True}, "limit": 1}]
+        assert limits == [{"key": "tally/cloud", "value": {"applyLimitPerUniqueValue": True}, "limit": 1},
+                          {"key": "dagster/partition", "value": {"applyLimitPerUniqueValue": True}, "limit": 1}]
+    helm = _yaml(DEPLOY / "helm" / "values.yaml")[0]
+    queued = helm["dagsterDaemon"]["runCoordinator"]["config"]["queuedRunCoordinator"]
+    assert queued["tagConcurrencyLimits"] == limits  # the chart queues runs the same way
     with psycopg.connect(pg_url) as conn:
         tables = {r[0] for r in conn.execute("SELECT tablename FROM pg_tables WHERE schemaname = 'public'")}
     assert {"runs", "event_logs"} <= tables

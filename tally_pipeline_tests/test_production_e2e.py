@@ -178,7 +178,7 @@ def test_daemon_webserver_code_server_and_two_apis_on_postgres(tmp_path: Path, p
             collector.start()
 
         # Reconciliation: two runs per cloud, launched as the UI's "Materialize" does, with the partition only.
-        run_ids = [gql.launch("reconciliation", {"dagster/partition": cloud, "tally/cloud": cloud})  # DEBUG
+        run_ids = [gql.launch("reconciliation", {"dagster/partition": cloud})
                    for _ in range(SYNCS_PER_CLOUD) for cloud in CLOUDS]
         days = [format_rfc3339(start + timedelta(days=d))[:10] for d in range(2)]
         backfill = gql(LAUNCH_BACKFILL, params={"partitionNames": days, "assetSelection": [{"path": ["usage_daily"]}]})

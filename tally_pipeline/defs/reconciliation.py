@@ -60,7 +60,7 @@ def build(clouds: list[str], partitions: dg.PartitionsDefinition) -> dict[str, l
                 raise dg.Failure(f"cloud {cloud!r} is not configured")
         if CLOUD not in tags and len(context.partition_keys) == 1:
             # A run launched from the UI's Materialize or GraphQL has no tally/cloud tag (only
-            # dagster/partition, which deploy/dagster.yaml also limits): add it, so every run names its cloud.
+            # dagster/partition, which deploy/embedded/dagster.yaml also limits): add it, so every run names its cloud.
             context.instance.add_run_tags(context.run.run_id, {CLOUD: context.partition_keys[0]})
         watermark = asset_reads.projection_watermark(rt.store)
         events = rt.store.event_count()

@@ -2,6 +2,6 @@
 
 POLL_TIME = "tally/poll_time"  # the instant a sync dates its corrections at (a schedule's tick time)
 RUN_KEY = "tally/run_key"  # the sync's run key (makes synthetic event ids deterministic per tick)
-CLOUD = "tally/cloud"  # one reconciliation run per cloud at a time (deploy/dagster.yaml tag limit)
+CLOUD = "tally/cloud"  # one reconciliation run per cloud at a time (deploy/embedded/dagster.yaml tag limit)
 NOW = "tally/now"  # the instant a posting cycle runs at
 POOL = "tally_db"  # steps writing the tally database queue on this pool

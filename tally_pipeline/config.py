@@ -137,6 +137,13 @@ class AlertSettings(_Strict):
                      timedelta(seconds=self.sync_stale_after), self.drift_high)
 
 
+class AnalyticsSettings(_Strict):
+    """Parquet snapshots of the asset tables, for analysts of an embedded DuckDB database."""
+
+    snapshots: bool = Field(default=True, description="write a snapshot after each projection and posting run (DuckDB)")
+    snapshot_dir: Path | None = Field(default=None, description="default: snapshot/ beside the DuckDB file")
+
+
 class DeadLetterSettings(_Strict):
     retention_days: int = Field(default=30, ge=1, description="rows older than this are deleted by the daily purge")
     max_bytes_per_minute: int = Field(
@@ -167,6 +174,7 @@ class TallyConfig(_Strict):
     api: ApiSettings = Field(default_factory=ApiSettings)
     alerts: AlertSettings = Field(default_factory=AlertSettings)
     dead_letter: DeadLetterSettings = Field(default_factory=DeadLetterSettings)
+    analytics: AnalyticsSettings = Field(default_factory=AnalyticsSettings)
 
     @field_validator("database")
     @classmethod

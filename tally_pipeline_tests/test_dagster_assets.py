@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from datetime import UTC, datetime, timedelta
 
 import dagster as dg
@@ -472,3 +473,28 @@ def test_the_shipped_instance_holds_one_run_per_cloud(tmp_path) -> None:
         limits = instance.get_concurrency_config().run_queue_config.tag_concurrency_limits
     per_value = {limit["key"]: limit["limit"] for limit in limits if limit["value"] == {"applyLimitPerUniqueValue": True}}
     assert per_value == {"tally/cloud": 1, "dagster/partition": 1}
+
+
+def test_projection_and_posting_runs_leave_a_parquet_snapshot_for_analysts(setup, store_url) -> None:
+    import polars as pl
+
+    defs, rt = setup["defs"], setup["rt"]
+    folder = Path(store_url.removeprefix("duckdb://")).parent / "snapshot" if store_url.startswith("duckdb") else None
+    Ingestor(rt.store, rt.registry).ingest([vol_event("s1", "v1", "create", T0), vol_event("s2", "v2", "create", T0)],
+                                           origin="t")
+    assets = [a for a in defs.assets if isinstance(a, dg.AssetsDefinition)]
+    projected = dg.materialize([a for a in assets if "current_resources" in {k.to_user_string() for k in a.keys}],
+                               resources=defs.resources, instance=setup["instance"])
+    assert projected.success
+    noted = materializations(projected, "current_resources")[0].get("analyst_snapshot")
+    if folder is None:  # Postgres: analysts read the tables directly; no snapshot is taken
+        assert noted is None
+        return
+    assert noted == str(folder)
+    assert pl.read_parquet(folder / "current_resources.parquet").height == 2
+    assert pl.read_parquet(folder / "ledger_postings.parquet").height == 0
+    posted = defs.resolve_job_def("delta_posting").execute_in_process(
+        instance=setup["instance"], tags={"tally/now": (T0 + timedelta(days=1)).isoformat()})
+    assert posted.success
+    assert pl.read_parquet(folder / "ledger_postings.parquet").height == 1  # the posting run refreshed it
+    assert materializations(posted, "ledger_postings")[0]["analyst_snapshot"] == str(folder)

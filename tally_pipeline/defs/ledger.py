@@ -60,6 +60,7 @@ def ledger_audit(context: dg.AssetExecutionContext, ledger: Ledger):
 def delta_posting_cycle(context: dg.AssetExecutionContext, ledger: Ledger, clock: dg.ResourceParam[Clock]):
     """One checkpoint-delta cycle at now: post usage through now − ingest_lag minus each checkpoint."""
     from tally_pipeline.defs.projection import refresh_and_report
+    from tally_pipeline.defs.snapshot import write_analyst_snapshot
 
     tags = context.run.tags
     now = parse_rfc3339(tags[NOW]) if NOW in tags else to_utc(clock.now())
@@ -69,7 +70,9 @@ def delta_posting_cycle(context: dg.AssetExecutionContext, ledger: Ledger, clock
     for skipped in (result.skipped + result.excluded)[:20]:
         context.log.warning(f"skipped {skipped.cloud}/{skipped.project_id}/{skipped.meter}: {skipped.reason}")
     rows = [[account, meter, amount] for account, by_meter in summary["totals"].items() for meter, amount in by_meter.items()]
+    snapshot = write_analyst_snapshot(context, ledger.runtime)
     yield dg.MaterializeResult(asset_key="ledger_postings", metadata={
+        **snapshot,
         "cycle_id": result.cycle_id,
         "now": format_rfc3339(result.now),
         "clamp": format_rfc3339(result.clamp),

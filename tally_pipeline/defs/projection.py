@@ -14,6 +14,7 @@ from tally_pipeline import projection
 from tally_pipeline.defs.automation import FOLLOWS_EVENTS
 from tally_pipeline.defs.metadata import md_table
 from tally_pipeline.defs.resources import TallyStore
+from tally_pipeline.defs.snapshot import write_analyst_snapshot
 from tally_pipeline.defs.tags import POOL
 from tally_pipeline.store import asset_reads
 
@@ -80,5 +81,6 @@ def resource_projection(context: dg.AssetExecutionContext, store: TallyStore):
     rt = store.runtime
     result = projection.refresh(rt.store)
     context.log.info(f"re-folded {result.resources} resources up to event seq {result.watermark} in {result.seconds:.3f}s")
+    snapshot = write_analyst_snapshot(context, rt)
     for key, metadata in projection_metadata(rt, result, "resource_projection").items():
-        yield dg.MaterializeResult(asset_key=key, metadata=metadata)
+        yield dg.MaterializeResult(asset_key=key, metadata={**metadata, **snapshot})

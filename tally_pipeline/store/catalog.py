@@ -15,6 +15,8 @@ from tally_pipeline.store.migrations import migrations_for
 _CREATE = re.compile(r"CREATE TABLE(?: IF NOT EXISTS)?\s+(\w+)\s*\((.*?)\n\)[^;]*;", re.S | re.I)
 _ADD = re.compile(r"ALTER TABLE\s+(\w+)\s+ADD COLUMN(?: IF NOT EXISTS)?\s+(\w+)\s+([^,;\n]+?)\s*(?:--\s*(.*))?;", re.I)
 _DROP = re.compile(r"ALTER TABLE\s+(\w+)\s+DROP COLUMN(?: IF EXISTS)?\s+(\w+)", re.I)
+_DROP_TABLE = re.compile(r"DROP TABLE(?: IF EXISTS)?\s+(\w+)", re.I)
+_RENAME = re.compile(r"ALTER TABLE\s+(\w+)\s+RENAME TO\s+(\w+)", re.I)
 _CONSTRAINT = ("PRIMARY", "UNIQUE", "CHECK", "FOREIGN", "CONSTRAINT")
 _TYPE_END = re.compile(r"\s+(NOT NULL|NULL|PRIMARY KEY|DEFAULT|CHECK|REFERENCES|UNIQUE|GENERATED)\b.*", re.I | re.S)
 
@@ -44,10 +46,23 @@ def table_columns(dialect: str) -> dict[str, tuple[Column, ...]]:
     """Each table the migrations of ``dialect`` leave, with its columns in order."""
     tables: dict[str, list[Column]] = {}
     for migration in migrations_for(dialect):
-        for name, body in _CREATE.findall(migration.sql):
-            tables[name] = _columns(body)
-        for table, column, kind, comment in _ADD.findall(migration.sql):
-            tables.setdefault(table, []).append(Column(column, kind.strip(), comment.strip() or None))
-        for table, column in _DROP.findall(migration.sql):
-            tables[table] = [c for c in tables.get(table, []) if c.name != column]
+        # In statement order: a migration may build a table under a new name, drop the old one and
+        # rename the new one into its place (DuckDB cannot change a primary key in place).
+        steps = [(m.start(), "create", m.groups()) for m in _CREATE.finditer(migration.sql)]
+        steps += [(m.start(), "add", m.groups()) for m in _ADD.finditer(migration.sql)]
+        steps += [(m.start(), "drop_column", m.groups()) for m in _DROP.finditer(migration.sql)]
+        steps += [(m.start(), "drop_table", m.groups()) for m in _DROP_TABLE.finditer(migration.sql)]
+        steps += [(m.start(), "rename", m.groups()) for m in _RENAME.finditer(migration.sql)]
+        for _, kind, groups in sorted(steps, key=lambda step: step[0]):
+            if kind == "create":
+                tables[groups[0]] = _columns(groups[1])
+            elif kind == "add":
+                table, column, type_, comment = groups
+                tables.setdefault(table, []).append(Column(column, type_.strip(), (comment or "").strip() or None))
+            elif kind == "drop_column":
+                tables[groups[0]] = [c for c in tables.get(groups[0], []) if c.name != groups[1]]
+            elif kind == "drop_table":
+                tables.pop(groups[0], None)
+            else:
+                tables[groups[1]] = tables.pop(groups[0], [])
     return {t: tuple(cols) for t, cols in tables.items()}

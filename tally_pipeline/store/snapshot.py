@@ -33,9 +33,14 @@ class Snapshot:
     rows: dict[str, int]
 
 
+def takes_snapshots(store: Store) -> bool:
+    """Whether ``store`` is an embedded DuckDB file (Postgres serves analysts directly; memory has no folder)."""
+    return isinstance(store, DuckDBStore) and store.path not in ("", ":memory:")
+
+
 def default_snapshot_dir(store: Store) -> Path:
     """``snapshot/`` beside the DuckDB file."""
-    if not isinstance(store, DuckDBStore) or store.path in ("", ":memory:"):
+    if not takes_snapshots(store):
         raise StoreError("Parquet snapshots are taken of an embedded DuckDB file; Postgres serves analysts directly")
     return Path(store.path).resolve().parent / "snapshot"
 

@@ -70,4 +70,4 @@ def test_ingest_bench_measures_core_http_and_copy_on_a_preloaded_log(store_url: 
         assert all(len(i) == 36 for (i,) in store.query("SELECT event_id FROM events"))
     if store_url.startswith("postgres"):
         sizes = report["log_after"]["index_bytes_per_event"]
-        assert {"events_pkey", "events_by_resource"} <= set(sizes) and all(v > 0 for v in sizes.values())
+        assert {"events_dedup_key", "events_by_resource"} <= set(sizes) and all(v > 0 for v in sizes.values())

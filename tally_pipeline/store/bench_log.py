@@ -6,7 +6,7 @@ A benchmark database is thrown away after the run: the pre-filled events are wel
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from tally_pipeline.store.base import Store
@@ -54,7 +54,7 @@ FROM (SELECT range AS g, CAST(floor(random() * {RESOURCE_SPACE}) AS BIGINT) AS r
 """
 
 
-def preload(store: Store, events: int, progress: Any = None) -> None:
+def preload(store: Store, events: int, progress: Callable[[int], None] | None = None) -> None:
     """Add ``events`` generated events to the log in SQL (not through the ingest path)."""
     statement = _PG_PRELOAD if store.dialect == "postgres" else _DUCK_PRELOAD
     done = 0

@@ -78,7 +78,7 @@ def tokens_file(directory: Path) -> Path:
 
 
 def stored_ids(url: str) -> list[str]:
-    """Every stored event_id (a list, so a duplicate would show; the primary key should make that impossible)."""
+    """Every stored event_id (a list, so a duplicate would show; the dedup key should make that impossible)."""
     with psycopg.connect(url) as conn:
         return [row[0] for row in conn.execute("SELECT event_id FROM events")]
 

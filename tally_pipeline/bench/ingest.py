@@ -1,19 +1,28 @@
 """``tally bench ingest``: the ingest core and the HTTP API against a raw bulk load, on one database.
 
-All three runs load the same N synthetic events (distinct ids per run) into the same database in
-the same process run, so the ratios compare like with like:
+All three runs load the same number of synthetic events (random uuid4 ids, resources scattered over
+4M, distinct per run) into the same ``events`` table in the same process run, so the ratios compare
+like with like:
 
+- copy: the rows the core would store, already serialised, bulk-loaded into ``events`` itself
+  (Postgres: ``COPY``; DuckDB: an Arrow insert) — the floor a loader can reach on a log of this
+  size with these indexes;
 - core: items (dicts, as a collector would send) → validation → the store, batches of 1000;
 - http: the same through ``tally serve`` in its own process, two concurrent clients posting
-  batches of 1000;
-- copy: the rows the core would store, already serialised, bulk-loaded into a scratch table with
-  the same primary key (Postgres: ``COPY``; DuckDB: an Arrow insert) — the floor a loader can reach.
+  batches of 1000.
+
+``preload`` first fills the log with that many generated events in SQL, so that the rates are
+those of a log that has grown (random ids land on random index pages once the indexes outgrow
+the cache). The report gives the log's footprint per event (heap and each index) after the run.
 """
 
 from __future__ import annotations
 
 import gc
+import hashlib
+import os
 import random
+import sys
 import threading
 import uuid
 from datetime import UTC, datetime, timedelta
@@ -25,6 +34,7 @@ import orjson
 from tally_pipeline.bench.common import api_process, peak_rss_mb, timer
 from tally_pipeline.core.envelope import EventRecord, validate_event
 from tally_pipeline.runtime import Runtime
+from tally_pipeline.store import bench_log
 
 _FLAVORS = [
     {"flavor_name": "m1.small", "vcpus": 1, "ram_mb": 2048, "disk_gb": 20},
@@ -39,23 +49,32 @@ _TYPES = [
 ]
 
 
-def synthetic_events(n: int, *, run: str, seed: int = 1, clouds: int = 3, resources: int | None = None) -> list[dict[str, Any]]:
-    """N realistic collector events over ``resources`` instances (default n/5)."""
+def resource_uuid(r: int) -> str:
+    """Resource number ``r``'s id: md5 of "r<n>" in uuid form, as the SQL pre-fill names it too."""
+    return str(uuid.UUID(hashlib.md5(f"r{r}".encode()).hexdigest()))
+
+
+def synthetic_events(n: int, *, seed: int = 1, clouds: int = 3,
+                     resources: int = bench_log.RESOURCE_SPACE) -> list[dict[str, Any]]:
+    """N realistic collector events: random uuid4 ids, resources drawn at random from ``resources``.
+
+    Ids that share a prefix would land on a few index pages per batch and hide what a grown log
+    costs; real collectors send uuids, and a batch's resources are scattered over the whole cloud.
+    """
     rng = random.Random(seed)
-    resources = resources or max(1, n // 5)
     start = datetime(2026, 1, 1, tzinfo=UTC)
     events = []
-    for i in range(n):
+    for _ in range(n):
         r = rng.randrange(resources)
         event_type, _verb = _TYPES[rng.randrange(len(_TYPES))]
         when = start + timedelta(seconds=rng.randrange(30 * 86400))
         events.append(
             {
-                "event_id": f"{run}-{i}",
+                "event_id": str(uuid.UUID(int=rng.getrandbits(128), version=4)),
                 "event_type": event_type,
                 "cloud": f"bench-{r % clouds}",
                 "resource_type": "instance",
-                "resource_id": f"{run}-srv-{r}",
+                "resource_id": resource_uuid(r),
                 "project_id": f"proj-{r % 97}",
                 "occurred_at": when.strftime("%Y-%m-%dT%H:%M:%S") + f".{rng.randrange(10**6):06d}Z",
                 "payload": {"size": _FLAVORS[r % len(_FLAVORS)], "status": "ACTIVE", "host": f"cmp-{r % 50}"},
@@ -103,79 +122,50 @@ def _records(rt: Runtime, items: list[dict[str, Any]]) -> list[EventRecord]:
 
 
 def _copy(rt: Runtime, records: list[EventRecord]) -> float:
-    """Bulk-load the rows into a scratch table shaped like ``events`` (same primary key)."""
-    store = rt.store
+    """Bulk-load the rows into ``events`` itself, batches of 1000 (the same size and indexes)."""
     received = datetime.now(UTC)
     rows = [
         (r.event_id, r.event_type, r.verb, r.cloud, r.resource_type, r.resource_id, r.project_id,
          r.occurred_at, r.source, r.payload_json, r.content_hash, received)
         for r in records
     ]
-    if store.dialect == "postgres":
-        def setup(uow: Any) -> None:
-            uow.execute("DROP TABLE IF EXISTS bench_copy_scratch")
-            uow.execute("CREATE TABLE bench_copy_scratch (LIKE events INCLUDING DEFAULTS EXCLUDING IDENTITY)")
-            uow.execute("ALTER TABLE bench_copy_scratch DROP COLUMN seq, ADD PRIMARY KEY (cloud, event_id)")
-
-        store.run(setup)
-        with timer() as elapsed:
-            for start in range(0, len(rows), 1000):
-                def load(uow: Any, chunk: list[tuple] = rows[start:start + 1000]) -> None:
-                    with uow.cur.copy(
-                        "COPY bench_copy_scratch (event_id, event_type, verb, cloud, resource_type, resource_id, "
-                        "project_id, occurred_at, source, payload, content_hash, received_at) FROM STDIN"
-                    ) as copy:
-                        for row in chunk:
-                            copy.write_row(row)
-
-                store.run(load)
-        store.run(lambda uow: uow.execute("DROP TABLE bench_copy_scratch"))
-        return elapsed[0]
-
-    import pyarrow as pa
-
-    columns = list(zip(*rows))
-    names = ["event_id", "event_type", "verb", "cloud", "resource_type", "resource_id", "project_id",
-             "occurred_at", "source", "payload", "content_hash", "received_at"]
-    store.run(lambda uow: uow.execute(
-        "CREATE OR REPLACE TABLE bench_copy_scratch AS SELECT * EXCLUDE (seq) FROM events LIMIT 0"))
-    store.run(lambda uow: uow.execute("ALTER TABLE bench_copy_scratch ADD PRIMARY KEY (cloud, event_id)"))
     with timer() as elapsed:
         for start in range(0, len(rows), 1000):
-            table = pa.table({name: list(col[start:start + 1000]) for name, col in zip(names, columns)})
-
-            def load(uow: Any, table: pa.Table = table) -> None:
-                uow.con.register("_scratch", table)
-                uow.con.execute(
-                    "INSERT INTO bench_copy_scratch SELECT event_id, event_type, verb, cloud, resource_type, "
-                    "resource_id, project_id, occurred_at, source, payload::JSON, content_hash, received_at FROM _scratch"
-                )
-                uow.con.unregister("_scratch")
-
-            store.run(load)
-    store.run(lambda uow: uow.execute("DROP TABLE bench_copy_scratch"))
+            bench_log.copy_rows(rt.store, rows[start:start + 1000])
     return elapsed[0]
 
 
-def run(rt: Runtime, *, events: int, clients: int = 2, seed: int = 1, server_workers: int = 1) -> dict[str, Any]:
-    run_id = uuid.uuid4().hex[:8]
-    rt.store.require_current_schema()
+def _preload(rt: Runtime, events: int) -> float:
+    def progress(done: int) -> None:
+        print(f"preloaded {done:,} / {events:,} events", file=sys.stderr, flush=True)
 
-    def inputs(phase: str) -> list[dict[str, Any]]:
+    with timer() as elapsed:
+        bench_log.preload(rt.store, events, progress)
+    return elapsed[0]
+
+
+def run(rt: Runtime, *, events: int, clients: int = 2, seed: int = 1, server_workers: int = 1,
+        preload: int = 0) -> dict[str, Any]:
+    rt.store.require_current_schema()
+    preload_s = _preload(rt, preload) if preload else 0.0
+    log_before = rt.store.event_count()
+
+    def inputs(phase: int) -> list[dict[str, Any]]:
         # Each phase's input is built just before it and frozen out of the collector's sight: it is
         # long-lived test data, and rescanning hundreds of thousands of dicts would be measured too.
-        items = synthetic_events(events, run=f"{phase}-{run_id}", seed=seed)
+        # A seed per phase (and per run, from the log's size) keeps every phase's ids distinct.
+        items = synthetic_events(events, seed=hash((seed, phase, log_before)))
         gc.collect()
         gc.freeze()
         return items
 
-    copy_records = _records(rt, inputs("copy"))
+    copy_records = _records(rt, inputs(0))
     copy_s = _copy(rt, copy_records)
     del copy_records
     gc.unfreeze()
-    core_s = _core(rt, inputs("core"))
+    core_s = _core(rt, inputs(1))
     gc.unfreeze()
-    http_items = inputs("http")
+    http_items = inputs(2)
     with api_process(rt.config.database, workers=server_workers) as url:
         http_s = _http(url, http_items, clients)
     del http_items
@@ -185,6 +175,9 @@ def run(rt: Runtime, *, events: int, clients: int = 2, seed: int = 1, server_wor
         "benchmark": "ingest",
         "database": rt.store.dialect,
         "events": events,
+        "preload": preload,
+        "preload_s": round(preload_s, 1),
+        "log_before": log_before,
         "http_clients": clients,
         "server_workers": server_workers,
         "batch_size": 1000,
@@ -196,5 +189,8 @@ def run(rt: Runtime, *, events: int, clients: int = 2, seed: int = 1, server_wor
         "copy_events_per_s": round(copy_rate),
         "core_vs_copy": round(core_rate / copy_rate, 3),
         "http_vs_copy": round(http_rate / copy_rate, 3),
+        "log_after": bench_log.events_footprint(rt.store),
+        "load_average": [round(x, 2) for x in os.getloadavg()],
+        "cpus": os.cpu_count(),
         "peak_rss_mb": round(peak_rss_mb(), 1),
     }

@@ -21,13 +21,15 @@ def bench_group(main: click.Group) -> click.Group:
 @click.option("--seed", type=int, default=1, show_default=True)
 @click.option("--server-workers", type=click.IntRange(min=1), default=1, show_default=True,
               help="uvicorn workers of the API under test (above 1: Postgres only).")
+@click.option("--preload", type=click.IntRange(min=0), default=0, show_default=True,
+              help="First add this many generated events to the log (in SQL), to measure a grown log.")
 @with_runtime
-def bench_ingest(rt: Runtime, n_events: int, clients: int, seed: int, server_workers: int) -> None:
-    """Ingest core and HTTP throughput against a raw bulk load (COPY) on the same database."""
+def bench_ingest(rt: Runtime, n_events: int, clients: int, seed: int, server_workers: int, preload: int) -> None:
+    """Ingest core and HTTP throughput against a raw bulk load (COPY) into the same events table."""
     from tally_pipeline.bench import ingest
 
     click.echo(json.dumps(ingest.run(rt, events=n_events, clients=clients, seed=seed,
-                                     server_workers=server_workers), indent=2))
+                                     server_workers=server_workers, preload=preload), indent=2))
 
 
 

@@ -51,6 +51,19 @@ CREATE TEMP TABLE IF NOT EXISTS _ingest_stage (
 # costs the server a fifth of the time it takes to validate an event here).
 _VALIDATE_AHEAD_ONE_IN = 5
 
+# An event's dedup key as the events_dedup_key constraint hashes it (migration 0011): a lookup by
+# (cloud, event_id) reaches the index only through this exact expression, and then compares the
+# columns themselves too.
+def _dedup_key(cloud: str, event_id: str) -> str:
+    return f"octet_length({cloud})::text || ':' || {cloud} || {event_id}"
+
+
+def _same_event(alias: str, cloud: str, event_id: str) -> str:
+    """SQL: row ``alias`` of events is the event (cloud, event_id), found through the dedup index."""
+    return (f"{_dedup_key(f'{alias}.cloud', f'{alias}.event_id')} = {_dedup_key(cloud, event_id)} "
+            f"AND {alias}.cloud = {cloud} AND {alias}.event_id = {event_id}")
+
+
 # Every value of an event row goes as text (the timestamps pre-formatted): see ``_copy``.
 _EVENT_COPY_TYPES = ["text"] * 12
 
@@ -95,7 +108,7 @@ class PostgresUnitOfWork(UnitOfWork):
         The fast path copies the new rows straight into ``events`` after asking which of
         ``keys`` are already held; the server inserts rows while the caller is still
         producing (validating) the next ones. A writer racing us for one of them makes the copy
-        fail on the primary key; the batch then rolls back to a savepoint and takes the slow path,
+        fail on the dedup key; the batch then rolls back to a savepoint and takes the slow path,
         a staged ``INSERT … ON CONFLICT DO NOTHING``. Either way rows go in key order, so
         racing writers lock in the same order.
         """
@@ -109,7 +122,7 @@ class PostgresUnitOfWork(UnitOfWork):
         written: list[EventRecord] = []
         try:
             self._copy(chain((first,), fresh), received_at, written)
-        except pg_errors.UniqueViolation:
+        except (pg_errors.UniqueViolation, pg_errors.ExclusionViolation):
             self.cur.execute("ROLLBACK TO SAVEPOINT ingest_copy")
             return self._insert_staged([r for r in records if (r.cloud, r.event_id) not in held], received_at)
         return {(r.cloud, r.event_id) for r in written}
@@ -127,7 +140,7 @@ class PostgresUnitOfWork(UnitOfWork):
             lookup = self.cur.execute(
                 "SELECT pg_advisory_xact_lock_shared(%s), ARRAY(SELECT json_build_array(e.cloud, e.event_id)::text "
                 "FROM json_array_elements(%s::json) AS k JOIN events e "
-                "ON e.cloud = k ->> 0 AND e.event_id = k ->> 1)",
+                f"ON {_same_event('e', '(k ->> 0)', '(k ->> 1)')})",
                 (INGEST_LOCK, orjson.dumps(keys).decode()),
             )
             # A savepoint the fallback can roll back to. It is not released on success: COMMIT
@@ -184,7 +197,7 @@ class PostgresUnitOfWork(UnitOfWork):
                    project_id, occurred_at, source, payload::jsonb, content_hash, %s
             FROM _ingest_stage
             ORDER BY cloud, event_id
-            ON CONFLICT (cloud, event_id) DO NOTHING
+            ON CONFLICT DO NOTHING
             RETURNING cloud, event_id
             """,
             (received_at,),
@@ -226,7 +239,7 @@ class PostgresUnitOfWork(UnitOfWork):
             return {}
         rows = self.cur.execute(
             "SELECT e.cloud, e.event_id, e.content_hash FROM unnest(%s::text[], %s::text[]) AS k (cloud, event_id) "
-            "JOIN events e USING (cloud, event_id)",
+            f"JOIN events e ON {_same_event('e', 'k.cloud', 'k.event_id')}",
             ([k[0] for k in keys], [k[1] for k in keys]),
         ).fetchall()
         return {(cloud, event_id): digest for cloud, event_id, digest in rows}

@@ -101,7 +101,11 @@ def build_definitions(
     )
 
 
-defs = build_definitions(
-    config_path=os.environ.get("TALLY_CONFIG") or None,
-    database=os.environ.get("TALLY_DATABASE") or None,
-)
+@dg.definitions
+def defs() -> dg.Definitions:
+    """The code location, built when Dagster loads it (not when this module is imported): the config
+    file is read then, and a test importing ``build_definitions`` reads none."""
+    return build_definitions(
+        config_path=os.environ.get("TALLY_CONFIG") or None,
+        database=os.environ.get("TALLY_DATABASE") or None,
+    )

@@ -14,6 +14,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from tally_pipeline.redaction import redact, remember_url_password, yaml_error_text
+from tally_pipeline.schemas import default_registry
 
 DEFAULT_DATABASE = "duckdb://.tally/tally.duckdb"
 CONFIG_ENV = "TALLY_CONFIG"
@@ -67,11 +68,10 @@ class SimulatedCloud(_Strict):
     @field_validator("failing_types")
     @classmethod
     def _simulated_types(cls, value: dict[str, str]) -> dict[str, str]:
-        from tally_pipeline.sim.spec import SIMULATED_TYPES
-
+        known = default_registry().in_order  # the simulator plays every packaged type
         for name in value:
-            if name not in SIMULATED_TYPES:
-                raise ValueError(f"{name!r} is not a simulated type (known: {', '.join(SIMULATED_TYPES)})")
+            if name not in known:
+                raise ValueError(f"{name!r} is not a simulated type (known: {', '.join(known)})")
         return value
 
 
@@ -102,7 +102,7 @@ class OpenStackCloud(_Strict):
     @field_validator("resource_types")
     @classmethod
     def _openstack_types(cls, value: list[str] | None) -> list[str] | None:
-        known = ("instance", "volume", "floating_ip", "image", "load_balancer")
+        known = default_registry().in_order  # the adapter maps every packaged type
         for name in value or ():
             if name not in known:
                 raise ValueError(f"{name!r} is not an OpenStack resource type (known: {', '.join(known)})")

@@ -82,26 +82,34 @@ def build_definitions(
     if clouds is None:
         clouds = sorted(config.clouds)
     providers = {c.provider for c in config.clouds.values()} or {"openstack"}
-    recon = reconciliation.build(clouds, cloud_partitions(clouds))
-    return dg.Definitions(
-        assets=dg.map_asset_specs(catalog_policy(dialect_of(config.database), providers), [
+    # built from the cloud list, so a function rather than module-level objects; its assets get the
+    # same catalog policy, and resources are bound once, here, so tests and the demo can pass theirs
+    recon = reconciliation.reconciliation_defs(clouds, cloud_partitions(clouds))
+    policy = catalog_policy(dialect_of(config.database), providers)
+    core = dg.Definitions(
+        assets=dg.map_asset_specs(policy, [
             ingest.raw_event_batches, ingest.event_log, ingest.dead_letter,
             projection.resource_projection,
-            *recon["assets"],
             usage.usage_daily,
             ledger.ledger_audit, ledger.delta_posting_cycle,
         ]),
         asset_checks=alerts.alert_checks,
-        jobs=[ingest.landing_job, *recon["jobs"], usage.usage_daily_job, ledger.posting_job],
-        schedules=[*recon["schedules"], usage.usage_daily_schedule, ledger.posting_schedule,
-                   retention.dead_letter_retention_schedule],
-        sensors=[ingest.landing_files_sensor, ingest.api_writes, *recon["sensors"], *alerts.alert_sensors,
-                 automation.automation_sensor],
+        jobs=[ingest.landing_job, usage.usage_daily_job, ledger.posting_job],
+        schedules=[usage.usage_daily_schedule, ledger.posting_schedule, retention.dead_letter_retention_schedule],
+        sensors=[ingest.landing_files_sensor, ingest.api_writes, *alerts.alert_sensors, automation.automation_sensor],
         resources=resources or default_resources(config_path, database),
     )
+    # (Definitions.map_asset_specs would do this too, but is a preview API in dagster 1.13)
+    recon = dg.Definitions(assets=dg.map_asset_specs(policy, list(recon.assets or [])), jobs=recon.jobs,
+                           schedules=recon.schedules, sensors=recon.sensors)
+    return dg.Definitions.merge(core, recon)
 
 
-defs = build_definitions(
-    config_path=os.environ.get("TALLY_CONFIG") or None,
-    database=os.environ.get("TALLY_DATABASE") or None,
-)
+@dg.definitions
+def defs() -> dg.Definitions:
+    """The code location, built when Dagster loads it (not when this module is imported): the config
+    file is read then, and a test importing ``build_definitions`` reads none."""
+    return build_definitions(
+        config_path=os.environ.get("TALLY_CONFIG") or None,
+        database=os.environ.get("TALLY_DATABASE") or None,
+    )

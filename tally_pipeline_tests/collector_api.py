@@ -1,4 +1,4 @@
-"""Test support for the collector: a loopback HTTP server and an ingest API that follows DESIGN.md §4.3.
+"""Test support for the collector: a loopback HTTP server and an ingest API that follows the HTTP API contract (docs/architecture.md, «The HTTP API»).
 
 ``ContractAPI`` validates with the real envelope validator and deduplicates on event_id in memory;
 its ``script`` forces the next answers (503, 429 with Retry-After, 413, 401, …) so the sender's

@@ -18,6 +18,7 @@ from tally_pipeline.adapters.openstack import OpenStackAdapter
 from tally_pipeline.config import OpenStackCloud
 from tally_pipeline.fakes.openstack import FakeOpenStack
 from tally_pipeline.fakes.static_view import StaticView
+from tally_pipeline.schemas import default_registry
 from tally_pipeline.sim.platform import PlatformRecord
 
 #: openstacksdk 4.22 warns about its own internals on every connection and request; not ours to fix.
@@ -29,7 +30,7 @@ SDK_NOISE = [
 
 T0 = datetime(2026, 3, 1, 8, 0, 0, tzinfo=UTC)
 NOW = T0 + timedelta(days=2)
-TYPES = ("instance", "volume", "floating_ip", "image", "load_balancer")
+TYPES = default_registry().in_order
 SERVICE = {"instance": "compute", "volume": "volumev3", "floating_ip": "network", "image": "image",
            "load_balancer": "load-balancer"}
 

@@ -1,4 +1,4 @@
-"""The ingest API over HTTP: the contract of DESIGN.md §4.3, bad input, auth — in-process and over a socket."""
+"""The ingest API over HTTP: the contract of docs/architecture.md «The HTTP API», bad input, auth — in-process and over a socket."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Each envelope rule of DESIGN.md §4.1, broken one at a time, gives its reason and names the field."""
+"""Each envelope rule (docs/architecture.md, «The event envelope»), broken one at a time, gives its reason and names the field."""
 
 from datetime import UTC, datetime
 

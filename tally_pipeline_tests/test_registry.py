@@ -64,3 +64,24 @@ def test_a_format_error_is_caught_by_the_fast_engine(tmp_path) -> None:
     assert isinstance(bad, Rejection) and bad.reason == "size_schema"
     good = validate_event(event(resource_type="dated", payload={"size": {"since": "2026-12-01T00:00:00Z"}}), registry)
     assert isinstance(good, EventRecord)
+
+
+def test_packaged_types_in_generation_order_and_everyone_uses_it() -> None:
+    """The five types come from the schemas, in their declared order: the simulator, both OpenStack
+    sides and the config's validators read that one list (a seed's events depend on the order)."""
+    from tally_pipeline.adapters.openstack import RESOURCE_TYPES as adapter_types
+    from tally_pipeline.fakes.openstack_model import RESOURCE_TYPES as fake_types
+    from tally_pipeline.sim.spec import SIMULATED_TYPES, default_profiles
+
+    order = load_registry().in_order
+    assert order == ("instance", "volume", "floating_ip", "image", "load_balancer")
+    assert SIMULATED_TYPES == adapter_types == fake_types == order
+    assert set(default_profiles()) == set(order)
+
+
+def test_types_without_an_order_come_last_by_name(tmp_path) -> None:
+    for name in ("zeta", "alpha"):
+        (tmp_path / f"{name}.json").write_text(json.dumps({
+            "resource_type": name, "size": {"type": "object"}}))
+    assert load_registry(tmp_path).in_order[-2:] == ("alpha", "zeta")
+    assert load_registry(tmp_path).in_order[:5] == load_registry().in_order

@@ -53,8 +53,10 @@ from tally_pipeline.adapters.base import (
 from tally_pipeline.adapters.openstack_pages import ListCall, MalformedPage, pages, response_date
 from tally_pipeline.config import OpenStackCloud
 from tally_pipeline.core.timeutil import format_rfc3339
+from tally_pipeline.schemas import default_registry
 
-RESOURCE_TYPES = ("instance", "volume", "floating_ip", "image", "load_balancer")
+#: The packaged resource types (each has a record mapper below), in the registry's order.
+RESOURCE_TYPES = default_registry().in_order
 #: How each type's service is named in reasons (the catalog's service type).
 SERVICE_OF = {
     "instance": "compute",

@@ -6,17 +6,11 @@ body reading is async. A store that cannot be reached answers 503 with nothing h
 
 from __future__ import annotations
 
-import base64
-import binascii
-import json
 import logging
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
-from datetime import datetime
 from typing import Any
 
 import anyio
-import orjson
 from starlette.applications import Starlette
 from starlette.concurrency import run_in_threadpool
 from starlette.convertors import Convertor, register_url_convertor
@@ -25,118 +19,34 @@ from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from tally_pipeline.api.auth import ANONYMOUS_LOCAL, Principal, TokenBook
+from tally_pipeline.api import resources
+from tally_pipeline.api.auth import Principal
 from tally_pipeline.api.bodies import BadBody, BodyTooLarge, events_of, parse_json, raw_text, read_limited
-from tally_pipeline.api.metrics import CONTENT_TYPE, ApiMetrics, store_families
-from tally_pipeline.api.quota import DEFAULT_PER_MINUTE, DeadLetterQuota
-from tally_pipeline.core.timeutil import TimestampError, format_rfc3339, parse_rfc3339
-from tally_pipeline.ingest import MAX_BATCH, BatchOutcome, BodyItemTexts, Ingestor
+from tally_pipeline.api.http import (  # noqa: F401  (re-exported: tests and the server build contexts from here)
+    DEFAULT_MAX_BODY,
+    JSON,
+    ApiContext,
+    ApiError,
+    decode_cursor,
+    encode_cursor,
+    error,
+    metric_clouds,
+    principal_of,
+    query_instant,
+    query_limit,
+    query_text,
+    require,
+)
+from tally_pipeline.api.metrics import CONTENT_TYPE, store_families
+from tally_pipeline.ingest import MAX_BATCH, BatchOutcome, BodyItemTexts
 from tally_pipeline.redaction import MASK, mask_credentials, redact
-from tally_pipeline.store.base import RejectedRow, Store, StoreBusy, StoreUnavailable
+from tally_pipeline.runtime import UnknownCloud
+from tally_pipeline.store.base import RejectedRow, StoreBusy, StoreUnavailable
+from tally_pipeline.sync import SyncInProgress
 
 log = logging.getLogger("tally.api")
 
-DEFAULT_MAX_BODY = 5 * 1024 * 1024
 Handler = Callable[[Request], Awaitable[Response]]
-
-
-class JSON(Response):
-    media_type = "application/json"
-
-    def render(self, content: Any) -> bytes:
-        try:
-            return orjson.dumps(content, default=_json_default, option=orjson.OPT_UTC_Z | orjson.OPT_NAIVE_UTC)
-        except orjson.JSONEncodeError:
-            # PostgreSQL's jsonb keeps numbers as numeric and hands 1e300 back as a 301-digit integer,
-            # which orjson cannot write; the standard library can (the same number, spelled out).
-            return json.dumps(content, default=_json_default, ensure_ascii=False, separators=(",", ":")).encode()
-
-
-def _json_default(value: Any) -> Any:
-    if isinstance(value, datetime):
-        return format_rfc3339(value)
-    raise TypeError(f"{type(value).__name__} is not JSON serializable")
-
-
-def error(status: int, code: str, detail: str | None = None, **extra: Any) -> JSON:
-    body: dict[str, Any] = {"error": code}
-    if detail is not None:
-        body["detail"] = detail
-    body.update(extra)
-    headers = {"Retry-After": "1"} if status == 503 else None
-    return JSON(body, status_code=status, headers=headers)
-
-
-@dataclass
-class ApiContext:
-    """Everything the handlers use; built by ``tally serve`` or by a test."""
-
-    store: Store
-    ingestor: Ingestor
-    tokens: TokenBook | None = None  # None: no tokens file, anonymous loopback use only
-    max_body_bytes: int = DEFAULT_MAX_BODY
-    metrics: ApiMetrics = field(default_factory=ApiMetrics)
-    runtime: Any = None  # the Runtime, for calls that need the configuration (a sync)
-    dead_letter_quota: DeadLetterQuota | None = None  # None: from the runtime's configuration (or the default)
-
-    def __post_init__(self) -> None:
-        if self.dead_letter_quota is None:
-            per_minute = DEFAULT_PER_MINUTE
-            if self.runtime is not None:
-                per_minute = self.runtime.config.dead_letter.max_bytes_per_minute
-            self.dead_letter_quota = DeadLetterQuota(per_minute)
-
-
-class ApiError(Exception):
-    def __init__(self, response: JSON):
-        self.response = response
-
-
-def principal_of(ctx: ApiContext, request: Request) -> Principal:
-    if ctx.tokens is None:
-        return ANONYMOUS_LOCAL
-    header = request.headers.get("authorization", "")
-    scheme, _, token = header.partition(" ")
-    if scheme.lower() != "bearer" or not token.strip():
-        raise ApiError(error(401, "unauthorized", "missing bearer token (Authorization: Bearer TOKEN)"))
-    principal = ctx.tokens.authenticate(token.strip())
-    if principal is None:
-        raise ApiError(error(401, "unauthorized", "unknown token"))
-    return principal
-
-
-def metric_clouds(ctx: ApiContext, principal: Principal) -> frozenset[str]:
-    """The clouds ``/metrics`` may name for this caller's items: the configured ones and those its token names."""
-    configured = frozenset(ctx.runtime.config.clouds) if ctx.runtime is not None else frozenset()
-    return configured | principal.named_clouds()
-
-
-def require(principal: Principal, scope: str) -> None:
-    if not principal.has(scope):
-        raise ApiError(error(403, "forbidden", f"this token lacks the {scope!r} scope"))
-
-
-def guarded(handler: Callable[[ApiContext, Request], Awaitable[Response]], ctx: ApiContext) -> Handler:
-    """Turn the store's and the handler's own errors into the contract's answers."""
-
-    async def endpoint(request: Request) -> Response:
-        try:
-            return await handler(ctx, request)
-        except ApiError as exc:
-            return exc.response
-        except ClientDisconnect:
-            # The client went away (or was cut off by the body deadline) before its body was read:
-            # nothing was stored, and nobody is left to answer. One line, not a traceback.
-            log.info("%s %s: client disconnected before its body was read", request.method, request.url.path)
-            ctx.metrics.count_request_rejected("client_disconnected")
-            return error(400, "client_disconnected")
-        except (StoreUnavailable, StoreBusy) as exc:
-            detail = redact(str(exc))
-            log.warning("store unavailable: %s", detail)
-            ctx.metrics.count_store_error()
-            return error(503, "store_unavailable", detail)
-
-    return endpoint
 
 
 def _dead_letter_body(ctx: ApiContext, reason: str, message: str, raw: str | None) -> None:
@@ -235,55 +145,6 @@ async def post_event(ctx: ApiContext, request: Request) -> Response:
     body.pop("index", None)
     status = {"stored": 201, "duplicate": 200, "rejected": 400}[result.status]
     return JSON(body, status_code=status)
-
-
-def encode_cursor(value: dict[str, Any]) -> str:
-    return base64.urlsafe_b64encode(orjson.dumps(value)).decode().rstrip("=")
-
-
-def decode_cursor(text: str) -> dict[str, Any]:
-    try:
-        value = orjson.loads(base64.urlsafe_b64decode(text + "=" * (-len(text) % 4)))
-    except (binascii.Error, ValueError, orjson.JSONDecodeError):
-        raise ApiError(error(400, "invalid_cursor", "cursor is not one this API issued")) from None
-    if not isinstance(value, dict):
-        raise ApiError(error(400, "invalid_cursor", "cursor is not one this API issued"))
-    return value
-
-
-def query_limit(request: Request, default: int = 100, maximum: int = 1000) -> int:
-    text = request.query_params.get("limit")
-    if text is None:
-        return default
-    # str.isdigit() also holds for "²" and "٥" (int() reads the latter as 5 and fails on the former):
-    # only ASCII digits make a limit, and no more of them than the maximum has, so a 4,301-digit value
-    # is refused before int() would parse it.
-    if not (text.isascii() and text.isdigit() and len(text) <= len(str(maximum))) or not 1 <= int(text) <= maximum:
-        raise ApiError(error(400, "invalid_parameter", f"limit must be an integer from 1 to {maximum}"))
-    return int(text)
-
-
-def checked_text(value: str, name: str) -> str:
-    """A query or path parameter bound into SQL: PostgreSQL text cannot hold NUL, and nothing stored does."""
-    if "\x00" in value:
-        raise ApiError(error(400, "invalid_parameter", f"{name} must not contain the NUL character"))
-    return value
-
-
-def query_text(request: Request, name: str) -> str | None:
-    """A text filter; absent or empty means no filter."""
-    value = request.query_params.get(name)
-    return checked_text(value, name) if value else None
-
-
-def query_instant(request: Request, name: str) -> datetime | None:
-    text = request.query_params.get(name)
-    if text is None or text == "":
-        return None
-    try:
-        return parse_rfc3339(text)
-    except TimestampError as exc:
-        raise ApiError(error(400, "invalid_parameter", f"{name}: {exc}")) from None
 
 
 async def get_rejected(ctx: ApiContext, request: Request) -> Response:
@@ -395,23 +256,68 @@ class AnyPath(Convertor[str]):
 register_url_convertor("anypath", AnyPath())
 
 
-def create_app(ctx: ApiContext) -> Starlette:
-    from tally_pipeline.api import resources
+def _bound(handler: Callable[[ApiContext, Request], Awaitable[Response]], ctx: ApiContext) -> Handler:
+    async def endpoint(request: Request) -> Response:
+        return await handler(ctx, request)
 
+    return endpoint
+
+
+# The contract's answers to the errors a handler raises, in one place (Starlette's exception_handlers)
+# rather than a try/except around every route.
+
+async def _api_error(request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, ApiError)
+    return exc.response
+
+
+async def _client_disconnected(request: Request, exc: Exception) -> Response:
+    # The client went away (or was cut off by the body deadline) before its body was read:
+    # nothing was stored, and nobody is left to answer. One line, not a traceback.
+    log.info("%s %s: client disconnected before its body was read", request.method, request.url.path)
+    request.app.state.ctx.metrics.count_request_rejected("client_disconnected")
+    return error(400, "client_disconnected")
+
+
+async def _store_unavailable(request: Request, exc: Exception) -> Response:
+    detail = redact(str(exc))
+    log.warning("store unavailable: %s", detail)
+    request.app.state.ctx.metrics.count_store_error()
+    return error(503, "store_unavailable", detail)
+
+
+async def _unknown_cloud(request: Request, exc: Exception) -> Response:
+    return error(404, "unknown_cloud", str(exc))
+
+
+async def _sync_in_progress(request: Request, exc: Exception) -> Response:
+    return error(409, "sync_in_progress", str(exc))
+
+
+def create_app(ctx: ApiContext) -> Starlette:
     resource = "/v1/resources/{cloud}/{resource_type}/{resource_id:anypath}"
     routes = [
-        Route("/v1/events", guarded(post_events, ctx), methods=["POST"]),
-        Route("/v1/event", guarded(post_event, ctx), methods=["POST"]),
-        Route("/v1/rejected", guarded(get_rejected, ctx), methods=["GET"]),
-        Route("/v1/rejected/{rejected_id:int}/raw", guarded(get_rejected_raw, ctx), methods=["GET"]),
-        Route(f"{resource}/events", guarded(resources.resource_events, ctx), methods=["GET"]),
-        Route(f"{resource}/lifecycle", guarded(resources.resource_lifecycle, ctx), methods=["GET"]),
-        Route("/v1/inventory", guarded(resources.get_inventory, ctx), methods=["GET"]),
-        Route("/internal/sync/{cloud}", guarded(resources.post_sync, ctx), methods=["POST"]),
-        Route("/healthz", guarded(healthz, ctx), methods=["GET"]),
-        Route("/metrics", guarded(metrics, ctx), methods=["GET"]),
+        Route("/v1/events", _bound(post_events, ctx), methods=["POST"]),
+        Route("/v1/event", _bound(post_event, ctx), methods=["POST"]),
+        Route("/v1/rejected", _bound(get_rejected, ctx), methods=["GET"]),
+        Route("/v1/rejected/{rejected_id:int}/raw", _bound(get_rejected_raw, ctx), methods=["GET"]),
+        Route(f"{resource}/events", _bound(resources.resource_events, ctx), methods=["GET"]),
+        Route(f"{resource}/lifecycle", _bound(resources.resource_lifecycle, ctx), methods=["GET"]),
+        Route("/v1/inventory", _bound(resources.get_inventory, ctx), methods=["GET"]),
+        Route("/internal/sync/{cloud}", _bound(resources.post_sync, ctx), methods=["POST"]),
+        Route("/healthz", _bound(healthz, ctx), methods=["GET"]),
+        Route("/metrics", _bound(metrics, ctx), methods=["GET"]),
     ]
-    app = Starlette(routes=routes, exception_handlers={HTTPException: _routing_error})
+    handlers: dict[Any, Callable[[Request, Exception], Awaitable[Response]]] = {
+        HTTPException: _routing_error,
+        ApiError: _api_error,
+        ClientDisconnect: _client_disconnected,
+        StoreUnavailable: _store_unavailable,
+        StoreBusy: _store_unavailable,
+        UnknownCloud: _unknown_cloud,
+        SyncInProgress: _sync_in_progress,
+    }
+    app = Starlette(routes=routes, exception_handlers=handlers)
     # Starlette answers a path with one slash too many or too few by a 307 to the same URL built from
     # the caller's Host header, before any auth check: a path either matches a route or is a 404.
     app.router.redirect_slashes = False

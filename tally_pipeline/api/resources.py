@@ -7,7 +7,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from tally_pipeline import queries
-from tally_pipeline.api.app import (
+from tally_pipeline.api.http import (
     JSON,
     ApiContext,
     ApiError,
@@ -84,18 +84,11 @@ async def get_inventory(ctx: ApiContext, request: Request) -> Response:
 
 async def post_sync(ctx: ApiContext, request: Request) -> Response:
     """Run one reconciliation of a configured cloud (admin scope); 409 while another runs."""
-    from tally_pipeline.runtime import UnknownCloud
-    from tally_pipeline.sync import SyncInProgress
-
     require(principal_of(ctx, request), "admin")
     cloud = request.path_params["cloud"]
     runtime = getattr(ctx, "runtime", None)
     if runtime is None:
         raise ApiError(error(404, "not_found", "this API has no clouds configured"))
-    try:
-        run = await run_in_threadpool(runtime.sync, cloud)
-    except UnknownCloud as exc:
-        raise ApiError(error(404, "unknown_cloud", str(exc))) from None
-    except SyncInProgress as exc:
-        raise ApiError(error(409, "sync_in_progress", str(exc))) from None
+    # UnknownCloud (404) and SyncInProgress (409) are answered by the app's exception handlers
+    run = await run_in_threadpool(runtime.sync, cloud)
     return JSON(run.as_json())

@@ -1,4 +1,4 @@
-"""The wire side of ``POST /v1/events`` as the collector sees it (DESIGN.md §4.3): request bodies and answers."""
+"""The wire side of ``POST /v1/events`` as the collector sees it (docs/architecture.md, «The HTTP API»): request bodies and answers."""
 
 from __future__ import annotations
 

@@ -6,7 +6,7 @@ import json
 
 import click
 
-from tally_pipeline.cli import group_of, with_runtime
+from tally_pipeline.commands._options import group_of, with_runtime
 from tally_pipeline.runtime import Runtime
 
 

@@ -8,7 +8,7 @@ from pathlib import Path
 import click
 from tqdm import tqdm
 
-from tally_pipeline.cli import with_runtime
+from tally_pipeline.commands._options import with_runtime
 from tally_pipeline.landing import ingest_file
 from tally_pipeline.runtime import Runtime
 

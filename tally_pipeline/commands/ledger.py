@@ -8,7 +8,7 @@ from typing import Any
 
 import click
 
-from tally_pipeline.cli import group_of, with_runtime
+from tally_pipeline.commands._options import group_of, with_runtime
 from tally_pipeline.core.timeutil import TimestampError, format_rfc3339, parse_rfc3339
 from tally_pipeline.runtime import Runtime
 

@@ -8,7 +8,7 @@ import click
 
 from tally_pipeline.api.auth import TokensFileError
 from tally_pipeline.api.server import ServeRefused, build_app, check_bind
-from tally_pipeline.cli import with_runtime
+from tally_pipeline.commands._options import with_runtime
 from tally_pipeline.runtime import Runtime
 
 

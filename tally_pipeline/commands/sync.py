@@ -6,7 +6,7 @@ import json
 
 import click
 
-from tally_pipeline.cli import with_runtime
+from tally_pipeline.commands._options import with_runtime
 from tally_pipeline.core.timeutil import TimestampError, format_rfc3339, parse_rfc3339
 from tally_pipeline.runtime import Runtime, UnknownCloud
 

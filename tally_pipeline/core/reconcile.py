@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any, Literal
 
-from tally_pipeline.adapters.base import (
+from tally_pipeline.core.platform import (
     Confirmation,
     DeletedListing,
     DeletedResource,

@@ -40,6 +40,9 @@ class _TypeDef(BaseModel):
     description: str = ""
     size: dict[str, Any]
     meters: dict[str, _MeterDef] = Field(default_factory=dict)
+    #: Where the type comes in ``SizeSchemaRegistry.in_order`` (the simulator generates in this order,
+    #: so it is part of a seed's determinism); types without one come after, by name.
+    order: int | None = None
 
 
 @dataclass(frozen=True)
@@ -63,6 +66,7 @@ class ResourceType:
     _compiled: Callable[[Any], Any] = field(repr=False)
     _explain: jsonschema.protocols.Validator = field(repr=False)
     _valid_sizes: dict[bytes, Any] = field(default_factory=dict, repr=False)
+    order: int | None = None
 
     def size_error(self, size: Any) -> str | None:
         """Return None when ``size`` satisfies the schema, else a message naming the offending field."""
@@ -154,7 +158,18 @@ class SizeSchemaRegistry:
 
     @property
     def names(self) -> tuple[str, ...]:
+        """Alphabetical."""
         return tuple(self._types)
+
+    @property
+    def in_order(self) -> tuple[str, ...]:
+        """By each type's ``order``, then those without one by name: a stable order that does not
+        change when a type is added (the simulator's generation order)."""
+        def key(name: str) -> tuple[bool, int, str]:
+            order = self._types[name].order
+            return (order is None, order or 0, name)
+
+        return tuple(sorted(self._types, key=key))
 
     def __contains__(self, name: object) -> bool:
         return name in self._types
@@ -189,4 +204,5 @@ def _parse(origin: str, raw: Mapping[str, Any]) -> ResourceType:
         Meter(name, parsed.resource_type, m.unit, m.per, m.divisor, m.description)
         for name, m in sorted(parsed.meters.items())
     )
-    return ResourceType(parsed.resource_type, parsed.description, parsed.size, meters, compiled, explain)
+    return ResourceType(parsed.resource_type, parsed.description, parsed.size, meters, compiled, explain,
+                        order=parsed.order)

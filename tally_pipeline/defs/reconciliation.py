@@ -12,7 +12,7 @@ from tally_pipeline.defs.tags import CLOUD, POLL_TIME, POOL, RUN_KEY
 from tally_pipeline.store import asset_reads
 
 
-def build(clouds: list[str], partitions: dg.PartitionsDefinition) -> dict[str, list]:
+def reconciliation_defs(clouds: list[str], partitions: dg.PartitionsDefinition) -> dg.Definitions:
     """The reconciliation asset, job, schedule and settle-window sensor for the configured clouds."""
 
     @dg.multi_asset(
@@ -132,8 +132,8 @@ def build(clouds: list[str], partitions: dg.PartitionsDefinition) -> dict[str, l
             context.log.info(f"follow-up sync for {request.partition_key}: deferrals are ready ({request.run_key})")
         return requests or dg.SkipReason("no deferral has passed its settle window")
 
-    return {"assets": [sync_runs], "jobs": [job], "schedules": [reconciliation_schedule],
-            "sensors": [settle_window_sensor]}
+    return dg.Definitions(assets=[sync_runs], jobs=[job], schedules=[reconciliation_schedule],
+                          sensors=[settle_window_sensor])
 
 
 def reconciliation_requests(clouds: list[str], tick: datetime) -> list[dg.RunRequest]:

@@ -6,8 +6,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
+from tally_pipeline.schemas import default_registry
+
 FaultKind = Literal["error", "unavailable", "timeout", "malformed", "absent"]
-RESOURCE_TYPES = ("instance", "volume", "floating_ip", "image", "load_balancer")
+#: The packaged resource types, in the registry's order.
+RESOURCE_TYPES = default_registry().in_order
 CINDER_MAX = (3, 71)
 DOMAIN = {"id": "default", "name": "Default"}
 

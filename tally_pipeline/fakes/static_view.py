@@ -6,9 +6,10 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import datetime
 
+from tally_pipeline.schemas import default_registry
 from tally_pipeline.sim.platform import FailureMode, PlatformRecord
 
-RESOURCE_TYPES = ("instance", "volume", "floating_ip", "image", "load_balancer")
+RESOURCE_TYPES = default_registry().in_order
 
 
 @dataclass

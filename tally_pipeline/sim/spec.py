@@ -14,13 +14,15 @@ from types import MappingProxyType
 from typing import TYPE_CHECKING
 
 from tally_pipeline.core.timeutil import parse_rfc3339, to_utc
+from tally_pipeline.schemas import default_registry
 from tally_pipeline.sim.platform import FailureMode
 
 if TYPE_CHECKING:
     from tally_pipeline.config import SimulatedCloud
 
-#: The types the simulator knows how to play, in generation order (the order is part of determinism).
-SIMULATED_TYPES: tuple[str, ...] = ("instance", "volume", "floating_ip", "image", "load_balancer")
+#: The types the simulator knows how to play: the packaged ones, in the registry's order, which is
+#: the generation order (part of a seed's determinism: each schema's ``order`` fixes it).
+SIMULATED_TYPES: tuple[str, ...] = default_registry().in_order
 FAILURE_MODES: frozenset[str] = frozenset({"error", "timeout", "empty", "down_cell"})
 _CLOUD_NAME = re.compile(r"^[A-Za-z0-9_.-]{1,63}$")
 

@@ -8,22 +8,18 @@ import orjson
 
 from tally_pipeline.core import alerts as rules
 from tally_pipeline.core.timeutil import to_utc
-from tally_pipeline.store import ledger_records
+from tally_pipeline.store import asset_reads, ledger_records, sync_runs
 from tally_pipeline.store.base import Store
 
 
 def activity(store: Store) -> list[rules.CloudActivity]:
-    rows = store.query("SELECT cloud, last_collector_event FROM cloud_activity ORDER BY cloud")
+    rows = asset_reads.last_collector_events(store)
     return [rules.CloudActivity(c, to_utc(t) if t else None) for c, t in rows]
 
 
 def last_runs(store: Store) -> list[rules.LastRun]:
     """Each cloud's latest finished sync run."""
-    rows = store.query(
-        "SELECT r.cloud, r.status, r.poll_time, r.drift, r.error, r.per_type FROM sync_runs r "
-        "JOIN (SELECT cloud, max(started_at) AS started_at FROM sync_runs WHERE status <> 'running' GROUP BY cloud) l "
-        "ON r.cloud = l.cloud AND r.started_at = l.started_at ORDER BY r.cloud"
-    )
+    rows = sync_runs.latest_finished_runs(store)
     out = []
     for cloud, status, poll, drift, error, per_type in rows:
         types = orjson.loads(per_type) if isinstance(per_type, str) else (per_type or {})
@@ -35,9 +31,7 @@ def last_runs(store: Store) -> list[rules.LastRun]:
 
 
 def last_success(store: Store) -> dict[str, datetime]:
-    rows = store.query(
-        "SELECT cloud, max(poll_time) FROM sync_runs WHERE status IN ('succeeded', 'partial') GROUP BY cloud"
-    )
+    rows = sync_runs.last_success_polls(store)
     return {c: to_utc(t) for c, t in rows}
 
 

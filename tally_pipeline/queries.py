@@ -13,11 +13,9 @@ from typing import Any
 import orjson
 
 from tally_pipeline import projection
+from tally_pipeline.store import resource_reads
 from tally_pipeline.store.base import Store
-
-ResourceKey = tuple[str, str, str]
-
-_FOLD_ORDER = "occurred_at, CASE verb WHEN 'create' THEN 0 WHEN 'update' THEN 1 WHEN 'note' THEN 2 ELSE 3 END, event_id"
+from tally_pipeline.store.resource_reads import ResourceKey
 
 
 def _json(value: Any) -> Any:
@@ -29,17 +27,10 @@ def _json(value: Any) -> Any:
 
 def history(store: Store, cloud: str, resource_type: str, resource_id: str) -> list[dict[str, Any]] | None:
     """The resource's events in fold order, each as stored plus its verb; None for an unknown resource."""
-    rows = store.query(
-        "SELECT event_id, event_type, cloud, resource_type, resource_id, project_id, occurred_at, source, "
-        "payload, verb, received_at, seq FROM events "
-        "WHERE cloud = %s AND resource_type = %s AND resource_id = %s "
-        f"ORDER BY {_FOLD_ORDER}",
-        [cloud, resource_type, resource_id],
-    )
+    rows = resource_reads.resource_history(store, (cloud, resource_type, resource_id))
     if not rows:
         return None
-    names = ("event_id", "event_type", "cloud", "resource_type", "resource_id", "project_id", "occurred_at",
-             "source", "payload", "verb", "received_at", "seq")
+    names = resource_reads.HISTORY_COLUMNS
     out = []
     for row in rows:
         item = dict(zip(names, row))
@@ -51,15 +42,9 @@ def history(store: Store, cloud: str, resource_type: str, resource_id: str) -> l
 def lifecycle(store: Store, cloud: str, resource_type: str, resource_id: str) -> list[dict[str, Any]] | None:
     """The resource's intervals ``[start, end)``; None for an unknown resource (no events at all)."""
     projection.refresh(store)
-    rows = store.query(
-        "SELECT start_at, end_at, project_id, size, lifecycle_no FROM resource_intervals "
-        "WHERE cloud = %s AND resource_type = %s AND resource_id = %s ORDER BY interval_no",
-        [cloud, resource_type, resource_id],
-    )
-    if not rows and not store.query(
-        "SELECT 1 FROM current_resources WHERE cloud = %s AND resource_type = %s AND resource_id = %s",
-        [cloud, resource_type, resource_id],
-    ):
+    key = (cloud, resource_type, resource_id)
+    rows = resource_reads.resource_intervals(store, key)
+    if not rows and resource_reads.current_resource(store, key) is None:
         return None
     return [
         {"start": start, "end": end, "project_id": project, "size": _json(size), "lifecycle": number}
@@ -69,14 +54,10 @@ def lifecycle(store: Store, cloud: str, resource_type: str, resource_id: str) ->
 
 def resource_state(store: Store, cloud: str, resource_type: str, resource_id: str) -> dict[str, Any] | None:
     projection.refresh(store)
-    rows = store.query(
-        "SELECT status, project_id, size, created_at, deleted_at, last_event_at, event_count "
-        "FROM current_resources WHERE cloud = %s AND resource_type = %s AND resource_id = %s",
-        [cloud, resource_type, resource_id],
-    )
-    if not rows:
+    row = resource_reads.current_resource(store, (cloud, resource_type, resource_id))
+    if row is None:
         return None
-    status, project, size, created, deleted, last, count = rows[0]
+    status, project, size, created, deleted, last, count = row
     return {"status": status, "project_id": project, "size": _json(size), "created_at": created,
             "deleted_at": deleted, "last_event_at": last, "event_count": count}
 
@@ -103,36 +84,11 @@ def inventory(
     that was live throughout.
     """
     projection.refresh(store)
-    clauses: list[str] = []
-    params: list[Any] = []
-    prefix = "i." if as_of is not None else ""
-    for column, value in (("cloud", cloud), ("resource_type", resource_type), ("project_id", project_id)):
-        if value is not None:
-            clauses.append(f"{prefix}{column} = %s")
-            params.append(value)
-    if after is not None:
-        clauses.append(f"({prefix}cloud, {prefix}resource_type, {prefix}resource_id) > (%s, %s, %s)")
-        params.extend(after)
-    if as_of is None:
-        where = " AND ".join(["status = 'live'", *clauses])
-        sql = (
-            "SELECT cloud, resource_type, resource_id, project_id, size, status, created_at "
-            f"FROM current_resources WHERE {where} "
-            "ORDER BY cloud, resource_type, resource_id LIMIT %s"
-        )
-    else:
-        where = " AND ".join(["i.start_at <= %s", "(i.end_at IS NULL OR i.end_at > %s)", *clauses])
-        params = [as_of, as_of, *params]
-        sql = (
-            "SELECT i.cloud, i.resource_type, i.resource_id, i.project_id, i.size, 'live' AS status, "
-            "(SELECT min(j.start_at) FROM resource_intervals j WHERE j.cloud = i.cloud "
-            " AND j.resource_type = i.resource_type AND j.resource_id = i.resource_id "
-            " AND j.lifecycle_no = i.lifecycle_no) AS created_at "
-            f"FROM resource_intervals i WHERE {where} "
-            "ORDER BY i.cloud, i.resource_type, i.resource_id LIMIT %s"
-        )
-    rows = store.query(sql, [*params, limit + 1])
-    names = ("cloud", "resource_type", "resource_id", "project_id", "size", "status", "created_at")
+    rows = resource_reads.inventory(
+        store, cloud=cloud, resource_type=resource_type, project_id=project_id, as_of=as_of, after=after,
+        limit=limit + 1,
+    )
+    names = resource_reads.INVENTORY_COLUMNS
     resources = []
     for row in rows[:limit]:
         item = dict(zip(names, row))

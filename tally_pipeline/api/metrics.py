@@ -94,6 +94,7 @@ class ApiMetrics:
 def store_families(store: Any, clouds: list[str]) -> list[Metric]:
     """What every API process reports alike, read from the shared store: alerts work across replicas."""
     from tally_pipeline.alerts import activity, last_runs, last_success
+    from tally_pipeline.store import asset_reads, sync_runs
 
     families: list[Metric] = []
 
@@ -112,9 +113,7 @@ def store_families(store: Any, clouds: list[str]) -> list[Metric]:
             last_event.add_metric([a.cloud], a.last_collector_event.timestamp())
     stored = counter("tally_cloud_events_stored", "Events stored for the cloud, by source (all API processes).",
                      ["cloud", "source"])
-    for cloud, collector, reconciliation in store.query(
-        "SELECT cloud, collector_events, reconciliation_events FROM cloud_activity ORDER BY cloud"
-    ):
+    for cloud, collector, reconciliation, _ in asset_reads.cloud_activity(store):
         stored.add_metric([cloud, "collector"], collector)
         stored.add_metric([cloud, "reconciliation"], reconciliation)
     configured = gauge("tally_sync_configured", "1 for every cloud in the configuration (so a never-synced cloud is "
@@ -122,7 +121,7 @@ def store_families(store: Any, clouds: list[str]) -> list[Metric]:
     for cloud in sorted(clouds):
         configured.add_metric([cloud], 1)
     runs_total = counter("tally_sync_runs", "Reconciliation runs by cloud and status.", ["cloud", "status"])
-    for cloud, status, n in store.query("SELECT cloud, status, count(*) FROM sync_runs GROUP BY cloud, status ORDER BY 1, 2"):
+    for cloud, status, n in sync_runs.runs_by_status(store):
         runs_total.add_metric([cloud, status], n)
     success = gauge("tally_sync_last_success_timestamp_seconds", "Poll time of the last succeeded or partial sync.",
                     ["cloud"])

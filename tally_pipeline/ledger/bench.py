@@ -12,15 +12,10 @@ from __future__ import annotations
 
 import gc
 import json
-import tempfile
 import time
-import uuid
 from datetime import UTC, datetime, timedelta
-from pathlib import Path
 from typing import Any
-from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
-import psycopg
 import pyarrow as pa
 
 from tally_pipeline.core.ledger import EntityKey
@@ -28,8 +23,9 @@ from tally_pipeline.ledger.naive import post_usage_naively
 from tally_pipeline.ledger.poster import DEFAULT_BATCH_SIZE, DEFAULT_WORKERS, post_usage
 from tally_pipeline.ledger.verify import verify
 from tally_pipeline.schemas import default_registry
-from tally_pipeline.store import Store, open_store
+from tally_pipeline.store import Store
 from tally_pipeline.store.base import UnitOfWork
+from tally_pipeline.store.scratch import scratch_store
 
 BASE = datetime(2026, 1, 1, tzinfo=UTC)
 LAG = 900.0
@@ -40,13 +36,6 @@ _INSTANCE_SIZES = (
     json.dumps({"flavor_name": "m1.large", "vcpus": 4, "ram_mb": 8192, "disk_gb": 80}),
 )
 _VOLUME_SIZE = json.dumps({"gb": 100, "volume_type": "ssd"})
-
-
-def _with_search_path(url: str, schema: str) -> str:
-    parts = urlsplit(url)
-    query = [(k, v) for k, v in parse_qsl(parts.query) if k != "options"]
-    query.append(("options", f"-csearch_path={schema}"))
-    return urlunsplit(parts._replace(query=urlencode(query)))
 
 
 def _intervals(entities: int) -> tuple[list[tuple[Any, ...]], int]:
@@ -116,28 +105,8 @@ def bench_post(
     if entities < 3:
         raise ValueError("use at least 3 entities")
     registry = default_registry()
-    schema = None
-    tmp = None
-    if url.startswith("duckdb://"):
-        tmp = tempfile.TemporaryDirectory(prefix="tally-bench-")
-        bench_url = f"duckdb://{Path(tmp.name) / 'bench.duckdb'}"
-    else:
-        schema = f"tally_bench_{uuid.uuid4().hex[:10]}"
-        with psycopg.connect(url, autocommit=True) as conn:
-            conn.execute(f'CREATE SCHEMA "{schema}"')
-        bench_url = _with_search_path(url, schema)
-    try:
-        store = open_store(bench_url, migrate=True)
-        try:
-            return _run(store, registry, entities, naive_sample, batch_size, workers)
-        finally:
-            store.close()
-    finally:
-        if schema is not None and not keep:
-            with psycopg.connect(url, autocommit=True) as conn:
-                conn.execute(f'DROP SCHEMA "{schema}" CASCADE')
-        if tmp is not None:
-            tmp.cleanup()
+    with scratch_store(url, keep=keep) as store:
+        return _run(store, registry, entities, naive_sample, batch_size, workers)
 
 
 def _run(

@@ -12,7 +12,7 @@ from datetime import datetime, timedelta
 
 from tally_pipeline.core.ledger import CycleWindow, EntityKey
 from tally_pipeline.core.registry import SizeSchemaRegistry
-from tally_pipeline.ledger.poster import CycleResult, _prepare, post_batch
+from tally_pipeline.ledger.poster import CycleResult, _prepare, open_checkpoints, post_batch
 from tally_pipeline.store.base import Store, UnitOfWork
 
 
@@ -31,10 +31,7 @@ def post_usage_naively(
     result = CycleResult(cycle.cycle_id, window.now, window.clamp, window.window_start, entities=len(keys))
 
     def one(uow: UnitOfWork, key: EntityKey):
-        uow.execute(
-            "INSERT INTO usage_checkpoints (cloud, project_id, meter) VALUES (%s, %s, %s) ON CONFLICT DO NOTHING",
-            [key.cloud, key.project_id, key.meter],
-        )
+        open_checkpoints(uow, cycle.sql, [key])  # the poster's own statement: one writer of the checkpoints
         return post_batch(uow, cycle, [key])
 
     for key in keys:

@@ -32,9 +32,6 @@ from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 from typing import Any
 
-import duckdb
-import psycopg
-
 from tally_pipeline.core.ledger import (
     ACCOUNTS,
     Checkpoint,
@@ -56,15 +53,9 @@ DEFAULT_BATCH_SIZE = 5000
 DEFAULT_WORKERS = 2
 
 #: Errors that abort a cycle instead of skipping an entity: concurrency and connection trouble.
-#: (The store turns Postgres deadlocks and serialization failures into TransientConflict, a
-#: StoreError, and retries the batch; the raw driver classes are listed in case one escapes.)
-CONCURRENCY_ERRORS: tuple[type[BaseException], ...] = (
-    StoreError,
-    psycopg.errors.SerializationFailure,
-    psycopg.errors.DeadlockDetected,
-    psycopg.OperationalError,
-    duckdb.TransactionException,
-)
+#: The store translates its driver's (deadlocks, serialization failures, lost connections, a
+#: refused transaction) into these and retries the transient ones itself before raising.
+CONCURRENCY_ERRORS: tuple[type[BaseException], ...] = (StoreError,)
 
 #: ``on_stage(stage, info)`` is called at: ``cycle_start``, ``listed`` (entities listed, checkpoints
 #: opened, nothing locked), ``batch_locked`` (checkpoints locked),

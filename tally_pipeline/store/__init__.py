@@ -11,6 +11,7 @@ from tally_pipeline.store.base import (
     StoreUnavailable,
     UnitOfWork,
 )
+from tally_pipeline.store.errors import TransactionFailed, TransientConflict
 
 __all__ = [
     "RejectedEntry",
@@ -19,6 +20,8 @@ __all__ = [
     "StoreBusy",
     "StoreError",
     "StoreUnavailable",
+    "TransactionFailed",
+    "TransientConflict",
     "UnitOfWork",
     "open_store",
 ]

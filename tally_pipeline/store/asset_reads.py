@@ -13,6 +13,7 @@ from decimal import Decimal
 from typing import Any
 
 from tally_pipeline.store.base import Store
+from tally_pipeline.store.sync_runs import LATEST_FINISHED
 
 
 def cloud_activity(store: Store) -> list[tuple[str, int, int, datetime | None]]:
@@ -20,6 +21,11 @@ def cloud_activity(store: Store) -> list[tuple[str, int, int, datetime | None]]:
     return [tuple(r) for r in store.query(  # type: ignore[misc]
         "SELECT cloud, collector_events, reconciliation_events, last_collector_event FROM cloud_activity ORDER BY cloud"
     )]
+
+
+def last_collector_events(store: Store) -> list[tuple[str, datetime | None]]:
+    """Per cloud: its last collector event (None before the first)."""
+    return [(c, t) for c, t in store.query("SELECT cloud, last_collector_event FROM cloud_activity ORDER BY cloud")]
 
 
 def rejected_count(store: Store) -> int:
@@ -74,7 +80,7 @@ def due_follow_ups(store: Store, now: datetime) -> list[tuple[str, datetime]]:
     """Clouds whose latest finished run deferred something now due: (cloud, latest due time)."""
     return [(c, d) for c, d in store.query(
         "SELECT d.cloud, max(d.retry_after) FROM sync_deferrals d "
-        "JOIN (SELECT cloud, max(started_at) AS started_at FROM sync_runs WHERE status <> 'running' GROUP BY cloud) l "
+        f"JOIN {LATEST_FINISHED} "
         "ON d.cloud = l.cloud JOIN sync_runs r ON r.cloud = l.cloud AND r.started_at = l.started_at "
         "AND r.run_id = d.run_id "
         "WHERE d.retry_after IS NOT NULL AND d.retry_after <= %s GROUP BY d.cloud",

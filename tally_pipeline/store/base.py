@@ -18,27 +18,18 @@ from datetime import datetime
 from typing import Any, Literal, TypeVar
 
 from tally_pipeline.core.envelope import EventRecord
+from tally_pipeline.store.errors import (  # noqa: F401 - the public names stay importable from here
+    StoreBusy,
+    StoreError,
+    StoreUnavailable,
+    TransactionFailed,
+    TransientConflict,
+)
 
 T = TypeVar("T")
 #: An event's identity: (cloud, event_id). Dedup, conflicts and lookups all go by it.
 EventKey = tuple[str, str]
 Dialect = Literal["duckdb", "postgres"]
-
-
-class StoreError(RuntimeError):
-    """Base class of the store's own errors."""
-
-
-class StoreUnavailable(StoreError):
-    """The database cannot be reached or lost the connection; nothing of the unit was committed."""
-
-
-class StoreBusy(StoreError):
-    """The database stayed locked or conflicted past the retry budget; nothing was committed."""
-
-
-class TransientConflict(StoreError):
-    """Raised by a backend for a conflict that a retry of the whole unit can resolve."""
 
 
 @dataclass(frozen=True, slots=True)

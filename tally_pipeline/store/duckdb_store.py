@@ -24,10 +24,13 @@ from tally_pipeline.store.base import (
     RejectedRow,
     Store,
     StoreBusy,
+    StoreError,
     StoreUnavailable,
+    TransactionFailed,
     TransientConflict,
     UnitOfWork,
 )
+from tally_pipeline.store.errors import Rule, map_exceptions
 from tally_pipeline.store.migrations import MIGRATIONS_TABLE, migrations_for
 
 _UTC_US = pa.timestamp("us", tz="UTC")
@@ -48,6 +51,23 @@ def _connect(path: str) -> duckdb.DuckDBPyConnection:
 def _is_lock_error(exc: Exception) -> bool:
     text = str(exc)
     return "lock" in text.lower() and ("Could not set lock" in text or "Conflicting lock" in text)
+
+
+def _transaction_error(exc: BaseException) -> StoreError:
+    text = str(exc)
+    return TransientConflict(text) if "conflict" in text.lower() else TransactionFailed(text)
+
+
+#: DuckDB's errors inside a unit of work: a write-write conflict is retried; any other refusal of
+#: the transaction fails the unit as the store's error (it is no row's fault, so the ledger poster
+#: does not blame an entity for it). Opening the file has its own wait-and-retry in ``connection``.
+DRIVER_ERRORS: tuple[Rule, ...] = ((duckdb.TransactionException, _transaction_error),)
+#: At COMMIT DuckDB reports a concurrent writer's conflicting change (as a transaction or a
+#: constraint error): a retry of the whole unit sees that change and resolves it.
+COMMIT_ERRORS: tuple[Rule, ...] = (
+    (duckdb.TransactionException, lambda exc: TransientConflict(str(exc))),
+    (duckdb.ConstraintException, lambda exc: TransientConflict(str(exc))),
+)
 
 
 class DuckDBUnitOfWork(UnitOfWork):
@@ -216,14 +236,13 @@ class DuckDBStore(Store):
         with self._write_lock, self.connection() as con:
             con.execute("BEGIN TRANSACTION")
             try:
-                yield DuckDBUnitOfWork(con)
+                with map_exceptions(DRIVER_ERRORS):
+                    yield DuckDBUnitOfWork(con)
             except BaseException:
                 con.execute("ROLLBACK")
                 raise
-            try:
+            with map_exceptions(COMMIT_ERRORS):
                 con.execute("COMMIT")
-            except (duckdb.TransactionException, duckdb.ConstraintException) as exc:
-                raise TransientConflict(str(exc)) from exc
 
     def query(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
         with self.connection() as con:

@@ -30,6 +30,7 @@ from tally_pipeline.store.base import (
     TransientConflict,
     UnitOfWork,
 )
+from tally_pipeline.store.errors import Rule, map_exceptions
 from tally_pipeline.store.migrations import MIGRATIONS_TABLE, migrations_for
 
 _MIGRATION_LOCK = 0x7A11_0001  # advisory lock id: one migrator at a time
@@ -72,13 +73,14 @@ def _key(record: EventRecord) -> EventKey:
     return (record.cloud, record.event_id)
 
 
-def _translate(exc: Exception) -> Exception:
-    """Map driver errors to the store's: transient conflicts are retried, lost connections are 503s."""
-    if isinstance(exc, (pg_errors.SerializationFailure, pg_errors.DeadlockDetected)):
-        return TransientConflict(str(exc))
-    if isinstance(exc, (psycopg.OperationalError, PoolTimeout)):
-        return StoreUnavailable(f"PostgreSQL unavailable: {exc}")
-    return exc
+#: psycopg's errors as the store's: transient conflicts are retried, lost connections are 503s.
+#: Deadlocks and serialization failures are OperationalErrors too, so they come first.
+DRIVER_ERRORS: tuple[Rule, ...] = (
+    (pg_errors.SerializationFailure, lambda exc: TransientConflict(str(exc))),
+    (pg_errors.DeadlockDetected, lambda exc: TransientConflict(str(exc))),
+    (psycopg.OperationalError, lambda exc: StoreUnavailable(f"PostgreSQL unavailable: {exc}")),
+    (PoolTimeout, lambda exc: StoreUnavailable(f"PostgreSQL unavailable: {exc}")),
+)
 
 
 class PostgresUnitOfWork(UnitOfWork):
@@ -296,14 +298,8 @@ class PostgresStore(Store):
 
     @contextmanager
     def connection(self) -> Iterator[psycopg.Connection]:
-        try:
-            with self.pool.connection() as conn:
-                yield conn
-        except Exception as exc:  # noqa: BLE001 - re-raised as the store's own error
-            translated = _translate(exc)
-            if translated is exc:
-                raise
-            raise translated from exc
+        with map_exceptions(DRIVER_ERRORS), self.pool.connection() as conn:
+            yield conn
 
     @contextmanager
     def unit_of_work(self) -> Iterator[PostgresUnitOfWork]:

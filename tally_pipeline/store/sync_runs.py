@@ -12,6 +12,11 @@ from tally_pipeline.store.base import Store, UnitOfWork
 RUN_COLUMNS = ("run_id", "cloud", "run_key", "tick", "poll_time", "started_at", "finished_at", "status", "per_type",
                "error", "created", "updated", "deleted", "recovered", "deferred", "unconfirmed", "skipped",
                "live_before", "drift", "first_load", "deleted_listing")
+#: Each cloud's latest finished run as a relation ``l (cloud, started_at)``: the one definition of
+#: "latest finished run per cloud", which the alerts and the follow-up sensor both join to.
+LATEST_FINISHED = (
+    "(SELECT cloud, max(started_at) AS started_at FROM sync_runs WHERE status <> 'running' GROUP BY cloud) l"
+)
 DEFERRAL_COLUMNS = ("run_id", "cloud", "resource_type", "resource_id", "action", "reason", "detail", "retry_after",
                     "deferred_at")
 
@@ -88,3 +93,24 @@ def latest_runs(store: Store, *, cloud: str | None, limit: int) -> list[dict[str
         [*params, limit],
     )
     return [dict(zip(RUN_COLUMNS, row)) for row in rows]
+
+
+def latest_finished_runs(store: Store) -> list[tuple[Any, ...]]:
+    """Each cloud's latest finished run: ``(cloud, status, poll_time, drift, error, per_type)``, by cloud."""
+    return store.query(
+        "SELECT r.cloud, r.status, r.poll_time, r.drift, r.error, r.per_type FROM sync_runs r "
+        f"JOIN {LATEST_FINISHED} ON r.cloud = l.cloud AND r.started_at = l.started_at ORDER BY r.cloud"
+    )
+
+
+def last_success_polls(store: Store) -> list[tuple[str, datetime]]:
+    """Each cloud's latest poll time of a succeeded or partial run."""
+    return [(c, t) for c, t in store.query(
+        "SELECT cloud, max(poll_time) FROM sync_runs WHERE status IN ('succeeded', 'partial') GROUP BY cloud"
+    )]
+
+
+def runs_by_status(store: Store) -> list[tuple[str, str, int]]:
+    """``(cloud, status, runs)`` over every run, by cloud and status."""
+    return [(c, s, int(n)) for c, s, n in store.query(
+        "SELECT cloud, status, count(*) FROM sync_runs GROUP BY cloud, status ORDER BY 1, 2")]

@@ -61,8 +61,9 @@ def write_snapshot(store: Store, directory: Path | None = None, tables: tuple[st
                 final = directory / f"{table}.parquet"
                 partial = directory / f".{table}.parquet.partial"
                 # The path is ours (a folder name and a table name from the list above), not data.
-                con.execute(f"COPY (SELECT * FROM {table}) TO '{_quoted(partial)}' (FORMAT parquet, COMPRESSION zstd)")
-                rows[table] = int(con.execute(f"SELECT count(*) FROM {table}").fetchall()[0][0])
+                copied = con.execute(
+                    f"COPY (SELECT * FROM {table}) TO '{_quoted(partial)}' (FORMAT parquet, COMPRESSION zstd)").fetchall()
+                rows[table] = int(copied[0][0])  # COPY answers how many rows it wrote
                 os.replace(partial, final)
         finally:
             con.execute("ROLLBACK")

@@ -6,7 +6,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from tally_pipeline.adapters.base import (
+from tally_pipeline.core.platform import (
     Confirmation,
     DeletedListing,
     DeletedResource,

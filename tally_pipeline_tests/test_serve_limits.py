@@ -57,6 +57,31 @@ def read_until_closed(sock: socket.socket) -> bytes:
         received += chunk
 
 
+def read_response(sock: socket.socket) -> bytes:
+    """One whole HTTP response: its head, then as many body bytes as its Content-Length names.
+
+    The head and the body may arrive in separate segments, so one ``recv`` is not a response.
+    """
+    received = b""
+    while b"\r\n\r\n" not in received:
+        chunk = sock.recv(65536)
+        if not chunk:
+            return received
+        received += chunk
+    head, _, body = received.partition(b"\r\n\r\n")
+    length = 0
+    for line in head.split(b"\r\n")[1:]:
+        name, _, value = line.partition(b":")
+        if name.strip().lower() == b"content-length":
+            length = int(value.strip())
+    while len(body) < length:
+        chunk = sock.recv(65536)
+        if not chunk:
+            break
+        body += chunk
+    return head + b"\r\n\r\n" + body
+
+
 def closed_within(sock: socket.socket, limit: float) -> tuple[bytes, float]:
     start = time.monotonic()
     data = read_until_closed(sock)
@@ -104,7 +129,7 @@ def test_idle_and_trickling_connections_are_closed_at_the_header_deadline(server
 def test_a_keep_alive_connection_that_trickles_its_next_request_is_closed(server: ServeProcess) -> None:
     sock = connect(server)
     sock.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
-    first = sock.recv(65536)
+    first = read_response(sock)
     assert first.startswith(b"HTTP/1.1 200")
     sock.sendall(b"GET /healthz HTTP/1.1\r\n")  # the next request starts, and never ends
     data, elapsed = closed_within(sock, DEADLINE + MARGIN)
@@ -190,7 +215,7 @@ def test_an_overstated_content_length_never_puts_a_bearer_token_in_the_dead_lett
     sock = connect(server)
     sock.sendall(b"POST /v1/events HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer " + TOKEN.encode()
                  + b"\r\nContent-Length: " + str(len(start) + len(follow)).encode() + b"\r\n\r\n" + start + follow)
-    answer = sock.recv(65536)
+    answer = read_response(sock)
     assert answer.startswith(b"HTTP/1.1 400") and b"invalid_json" in answer
     sock.close()
 
@@ -238,7 +263,7 @@ def test_beyond_max_connections_a_request_is_answered_503(pg_url: str, tmp_path:
         held = [connect(server) for _ in range(3)]  # with the next one, 4 connections are open
         for sock in held:  # each connection is accepted and counted before the next request
             sock.sendall(b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n")
-            assert sock.recv(65536).startswith(b"HTTP/1.1 200")
+            assert read_response(sock).startswith(b"HTTP/1.1 200")
         assert httpx.get(f"{server.url}/healthz", timeout=10).status_code == 503
         for sock in held:
             sock.close()

@@ -96,7 +96,7 @@ def _fold_pending(tables: ProjectionTables, *, full: bool) -> _Counts:
         count = tables.fold_in_sql(watermark, high, full=full)
         tables.set_watermark(high)
         return _Counts(count, high, refolded=count)
-    pending_events = dict(_group(tables.pending_rows(watermark, high)))
+    pending_events = dict(fold_rows_by_resource(tables.pending_rows(watermark, high)))
     cuts: list[tuple[Key, int]] = []
     states: list[tuple] = []
     intervals: list[tuple] = []
@@ -116,7 +116,7 @@ def _fold_pending(tables: ProjectionTables, *, full: bool) -> _Counts:
             cuts.append((key, first_no))
         _add_rows(key, fold(events, start), first_no, states, intervals)
     cuts.extend((key, 0) for key in late)
-    for key, events in _group(tables.histories(late)):
+    for key, events in fold_rows_by_resource(tables.histories(late)):
         _add_rows(key, fold(events), 0, states, intervals)
     tables.replace(cuts, states, intervals)
     tables.set_watermark(high)
@@ -158,7 +158,7 @@ def _add_rows(key: Key, result: Folded, first_no: int, states: list[tuple], inte
     intervals.extend(_interval_rows(key, result, first_no))
 
 
-def _group(rows: Iterable[tuple]) -> Iterator[tuple[Key, list[FoldEvent]]]:
+def fold_rows_by_resource(rows: Iterable[tuple]) -> Iterator[tuple[Key, list[FoldEvent]]]:
     """Fold rows ``(cloud, type, id, event_id, verb, occurred_at, project_id, size, seq)``, grouped by key."""
     key: Key | None = None
     batch: list[FoldEvent] = []

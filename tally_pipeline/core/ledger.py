@@ -8,11 +8,15 @@ that delta dated before the aged-out boundary goes to the ``aged_out`` account, 
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Literal, NamedTuple
 
+from tally_pipeline.core.fold import Interval as FoldedInterval
+from tally_pipeline.core.registry import Meter
 from tally_pipeline.core.timeutil import format_rfc3339, to_utc
+from tally_pipeline.core.usage import Interval, MeterValueError, interval_usage_micro
 
 Account = Literal["usage", "aged_out"]
 USAGE: Account = "usage"
@@ -76,7 +80,8 @@ class Checkpoint(NamedTuple):
     """How far an entity has been posted.
 
     ``total`` is the usage through ``clamp`` as posted (the sum of the entity's postings);
-    ``aged_before`` is the part of it dated before ``boundary``, as seen when it was posted.
+    ``aged_before`` is the part of it dated before ``boundary``, as seen when it was posted;
+    ``watermark`` is the projection watermark that history was read at (None: not recorded).
     A checkpoint with ``clamp`` None has never been posted.
     """
 
@@ -84,6 +89,7 @@ class Checkpoint(NamedTuple):
     clamp: datetime | None = None
     boundary: datetime | None = None
     aged_before: int = 0
+    watermark: int | None = None
 
 
 class EntityTotals(NamedTuple):
@@ -136,17 +142,68 @@ def split_boundary(checkpoint: Checkpoint, window: CycleWindow) -> datetime:
     return checkpoint.boundary if checkpoint.boundary is not None else window.boundary
 
 
-def aged_part(checkpoint: Checkpoint, totals: EntityTotals, window: CycleWindow) -> int:
+def aged_part(checkpoint: Checkpoint, totals: EntityTotals, window: CycleWindow, late: int = 0) -> int:
     """The part of this cycle's delta dated before this cycle's boundary.
 
     A checkpoint posted at a clamp no later than this boundary (the poster was paused for longer
     than the window) is dated wholly before it: everything posted is there, so the split is exact
-    at this cycle's own boundary, ``U(B) − total``. Otherwise the checkpoint knows how much of its
-    total was dated before its own boundary only, and the split compares there.
+    at this cycle's own boundary, ``U(B) − total``. Otherwise the checkpoint knows exactly how much
+    of its total was dated before its own boundary, so the change dated before that boundary is
+    ``U(checkpoint.boundary) − aged_before``; ``late`` adds the change dated between the two
+    boundaries, which only the events folded since the checkpoint can tell (``late_span``).
     """
     if checkpoint.clamp is not None and checkpoint.clamp <= window.boundary:
         return totals.through_boundary - checkpoint.total
-    return totals.through_checkpoint_boundary - checkpoint.aged_before
+    return totals.through_checkpoint_boundary - checkpoint.aged_before + late
+
+
+def late_span(checkpoint: Checkpoint, window: CycleWindow, watermark: int) -> tuple[int, datetime] | None:
+    """``(since, start)`` when this cycle's split needs the change dated in ``[start, window.boundary)``
+    made by the events folded after seq ``since``; None when it does not.
+
+    Needed when the checkpoint was posted inside this window (its clamp is past this boundary) with
+    an earlier boundary, and events were folded since its watermark: what it posted in that band is
+    the usage as of its watermark, which the current history no longer shows. A checkpoint with no
+    recorded watermark (posted before it was kept) cannot tell: the band counts as ``usage``.
+    """
+    if (
+        checkpoint.clamp is None
+        or checkpoint.clamp <= window.boundary
+        or checkpoint.boundary is None
+        or checkpoint.boundary >= window.boundary
+        or checkpoint.watermark is None
+        or checkpoint.watermark >= watermark
+    ):
+        return None
+    return checkpoint.watermark, checkpoint.boundary
+
+
+def usage_moved(
+    meters: Iterable[Meter],
+    cloud: str,
+    now: Iterable[FoldedInterval],
+    then: Iterable[FoldedInterval],
+    start: datetime,
+    end: datetime,
+) -> dict[EntityKey, int]:
+    """How much usage dated in ``[start, end)`` one resource's intervals gained from ``then`` to
+    ``now``, per entity (an interval's project is its entity's), with the ledger's per-interval
+    rule. An interval the meters cannot read counts nothing, as in the totals, which report it.
+    """
+    meters = list(meters)
+    out: dict[EntityKey, int] = {}
+    for sign, intervals in ((1, now), (-1, then)):
+        for iv in intervals:
+            interval = Interval(iv.start, iv.end, iv.size)
+            for meter in meters:
+                try:
+                    micro = interval_usage_micro(meter, interval, end) - interval_usage_micro(meter, interval, start)
+                except MeterValueError:
+                    continue
+                if micro:
+                    key = EntityKey(cloud, iv.project_id, meter.name)
+                    out[key] = out.get(key, 0) + sign * micro
+    return {key: micro for key, micro in out.items() if micro}
 
 
 def needs_posting(checkpoint_clamp: datetime | None, window: CycleWindow, entity: EntityKey | None = None) -> bool:
@@ -160,24 +217,32 @@ def needs_posting(checkpoint_clamp: datetime | None, window: CycleWindow, entity
 
 
 def plan_delta(
-    checkpoint: Checkpoint, totals: EntityTotals, window: CycleWindow, entity: EntityKey | None = None
+    checkpoint: Checkpoint,
+    totals: EntityTotals,
+    window: CycleWindow,
+    entity: EntityKey | None = None,
+    *,
+    late: int = 0,
+    watermark: int | None = None,
 ) -> Delta | None:
     """The delta one cycle posts for one entity, or None when its checkpoint is already at the clamp.
 
     ``aged_out`` is the part of ``totals.through_clamp − checkpoint.total`` dated before this
-    cycle's boundary, as far as the checkpoint can tell (``aged_part``); ``usage`` is the rest.
+    cycle's boundary (``aged_part``, with ``late`` from ``late_span``); ``usage`` is the rest.
     Either may be negative (history was corrected). The new checkpoint records this cycle's
-    boundary and the usage dated before it, so the next cycle can split its own delta the same way.
+    boundary, the usage dated before it and the projection ``watermark`` the totals were read at,
+    so the next cycle can split its own delta the same way.
     """
     if not needs_posting(checkpoint.clamp, window, entity):
         return None
     delta = totals.through_clamp - checkpoint.total
-    aged_out = aged_part(checkpoint, totals, window)
+    aged_out = aged_part(checkpoint, totals, window, late)
     advanced = Checkpoint(
         total=totals.through_clamp,
         clamp=window.clamp,
         boundary=window.boundary,
         aged_before=totals.through_boundary,
+        watermark=watermark,
     )
     return Delta(usage=delta - aged_out, aged_out=aged_out, checkpoint=advanced)
 

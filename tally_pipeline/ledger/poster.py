@@ -7,9 +7,12 @@ A cycle (``post_usage``):
 2. opens a checkpoint row for every entity that has usage but none yet (its own short
    transaction, ``ON CONFLICT DO NOTHING`` in key order, so racing posters never deadlock);
 3. walks the entities in key order, in batches (``workers`` at a time on Postgres); each batch
-   is one transaction of four statements whatever its size: lock the batch's checkpoints
-   (``FOR UPDATE`` in key order on Postgres), sum the batch's usage, insert the postings, advance
-   the checkpoints. The split of each delta is ``core.ledger.plan_delta``;
+   is one transaction of a few statements whatever its size: pin the projection's watermark
+   (``store.ledger_late``), lock the batch's checkpoints (``FOR UPDATE`` in key order on
+   Postgres), sum the batch's usage, insert the postings, advance the checkpoints. The split of
+   each delta is ``core.ledger.plan_delta``; usage that events folded since a checkpoint added
+   between its boundary and this cycle's is read by ``ledger.late`` (docs/ledger.md, "The
+   aged-out split");
 4. records the cycle and everything it skipped or excluded (``store.ledger_records``), which the
    audit, ``/metrics`` and the ``TallyLedgerEntitiesSkipped`` alert read.
 
@@ -39,14 +42,16 @@ from tally_pipeline.core.ledger import (
     EntityKey,
     EntityTotals,
     NonMonotonicCheckpoint,
+    late_span,
     needs_posting,
     plan_delta,
 )
 from tally_pipeline.core.registry import Meter, SizeSchemaRegistry
 from tally_pipeline.core.timeutil import format_rfc3339
 from tally_pipeline.core.usage import epoch_us, to_units
+from tally_pipeline.ledger.late import late_usage
 from tally_pipeline.ledger.usage_sql import EVALUATE_ONCE, Fragment, UsageSQL, compose, p
-from tally_pipeline.store import ledger_records
+from tally_pipeline.store import ledger_late, ledger_records
 from tally_pipeline.store.base import Store, StoreError, UnitOfWork
 
 DEFAULT_BATCH_SIZE = 5000
@@ -180,6 +185,9 @@ class _Cycle:
     window: CycleWindow
     cycle_id: str
     on_stage: StageHook
+    # late usage per (checkpoint watermark, checkpoint boundary, batch watermark): the batches of a
+    # cycle mostly share all three, and each computation reads histories
+    late: dict[tuple[int, datetime, int], dict[EntityKey, int]] = field(default_factory=dict)
 
 
 def _no_hook(stage: str, info: dict[str, Any]) -> None:
@@ -363,6 +371,9 @@ def post_batch(uow: UnitOfWork, cycle: _Cycle, keys: Sequence[EntityKey], number
     outcome = BatchOutcome()
     with ExitStack() as stack:
         sql.plan_per_batch(uow)
+        # before the row locks (see store.ledger_late): the totals and the late usage below are
+        # both read at this watermark, which the advanced checkpoints record
+        watermark = ledger_late.pin_watermark(uow, sql.dialect)
         checkpoints = _lock(uow, sql, keys)
         cycle.on_stage("batch_locked", {"batch": number, "entities": len(keys)})
 
@@ -381,6 +392,7 @@ def post_batch(uow: UnitOfWork, cycle: _Cycle, keys: Sequence[EntityKey], number
                 outcome.skipped.append(SkippedEntity.of(key, f"non_monotonic: {exc}"))
 
         totals, bad = _totals(uow, cycle, keys) if pending else ({}, {})
+        late = _late(uow, cycle, pending, watermark)
 
         postings: list[tuple[EntityKey, str, int]] = []
         advanced: list[tuple[EntityKey, Checkpoint]] = []
@@ -389,7 +401,8 @@ def post_batch(uow: UnitOfWork, cycle: _Cycle, keys: Sequence[EntityKey], number
             if key in bad:  # posted without the unreadable intervals, and reported
                 n_bad, example = bad[key]
                 outcome.excluded.append(SkippedEntity.of(key, f"bad_size: {example}", n_bad))
-            delta = plan_delta(checkpoint, totals.get(key, zero), window, key)
+            delta = plan_delta(checkpoint, totals.get(key, zero), window, key, late=late.get(key, 0),
+                               watermark=watermark)
             if delta is None:  # not reached: needs_posting held under the lock
                 outcome.already_posted += 1
                 continue
@@ -409,8 +422,30 @@ def post_batch(uow: UnitOfWork, cycle: _Cycle, keys: Sequence[EntityKey], number
             _insert_postings(uow, stack, cycle, postings)
         cycle.on_stage("batch_posted", {"batch": number, "entities": len(keys), "postings": len(postings)})
         if advanced:
-            _advance(uow, stack, cycle, advanced)
+            _advance(uow, stack, cycle, advanced, watermark)
     return outcome
+
+
+def _late(
+    uow: UnitOfWork, cycle: _Cycle, pending: Sequence[tuple[EntityKey, Checkpoint]], watermark: int
+) -> dict[EntityKey, int]:
+    """``late`` for each pending entity whose split needs it (``core.ledger.late_span``)."""
+    out: dict[EntityKey, int] = {}
+    for key, checkpoint in pending:
+        span = late_span(checkpoint, cycle.window, watermark)
+        if span is None:
+            continue
+        since, start = span
+        memo = (since, start, watermark)
+        moved = cycle.late.get(memo)
+        if moved is None:
+            moved = cycle.late[memo] = late_usage(
+                uow, cycle.sql.dialect, cycle.by_name.values(), since=since, upto=watermark, start=start,
+                end=cycle.window.boundary,
+            )
+        if key in moved:
+            out[key] = moved[key]
+    return out
 
 
 def _keys_relation(uow: UnitOfWork, stack: ExitStack, sql: UsageSQL, keys: Sequence[EntityKey]) -> Fragment:
@@ -442,15 +477,16 @@ def _lock(uow: UnitOfWork, sql: UsageSQL, keys: Sequence[EntityKey]) -> dict[tup
         sql.amount_to_micro("c.total"),
         ", c.clamp, c.aged_boundary, ",
         sql.amount_to_micro("c.aged_before"),
-        " FROM usage_checkpoints c WHERE TRUE",
+        ", c.watermark FROM usage_checkpoints c WHERE TRUE",
         _range(sql, keys),
         " ORDER BY c.cloud, c.project_id, c.meter ",
         sql.lock_rows(),
     )
     # keyed by plain (cloud, project_id, meter) tuples: an EntityKey is a tuple, so it finds them
     return {
-        (cloud, project_id, meter): Checkpoint(int(total), clamp, boundary, int(before))
-        for cloud, project_id, meter, total, clamp, boundary, before in uow.fetchall(statement.sql, statement.params)
+        (cloud, project_id, meter): Checkpoint(int(total), clamp, boundary, int(before), watermark)
+        for cloud, project_id, meter, total, clamp, boundary, before, watermark
+        in uow.fetchall(statement.sql, statement.params)
     }
 
 
@@ -552,7 +588,9 @@ def _insert_postings(
     uow.execute(statement.sql, statement.params)
 
 
-def _advance(uow: UnitOfWork, stack: ExitStack, cycle: _Cycle, advanced: Sequence[tuple[EntityKey, Checkpoint]]) -> None:
+def _advance(
+    uow: UnitOfWork, stack: ExitStack, cycle: _Cycle, advanced: Sequence[tuple[EntityKey, Checkpoint]], watermark: int
+) -> None:
     sql = cycle.sql
     rows = sql.rows(
         uow,
@@ -576,6 +614,8 @@ def _advance(uow: UnitOfWork, stack: ExitStack, cycle: _Cycle, advanced: Sequenc
         p(cycle.window.boundary),
         ", aged_before = ",
         sql.micro_to_amount("r.aged_before"),
+        ", watermark = ",
+        p(watermark),
         ", cycle_id = ",
         p(cycle.cycle_id),
         ", updated_at = ",

@@ -1,0 +1,58 @@
+"""Late usage inside the window's edge: what events folded since a checkpoint changed in the band
+between its aged-out boundary and this cycle's.
+
+A checkpoint knows how much of what it posted is dated before its own boundary (``aged_before``),
+but not how much is dated before a later one: the history it was posted from has since changed. It
+does record the projection watermark that history was read at, and events are never rewritten, so
+that history can be folded again. Only resources that received an event dated before this cycle's
+boundary since then can differ there (the fold is causal: events at or after an instant never
+change usage dated before it), so only those are re-folded, twice: as of the checkpoint's watermark
+and as of the batch's. The difference, per entity, is ``late`` in ``core.ledger.aged_part``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from datetime import datetime
+from typing import Any
+
+from tally_pipeline.core.fold import FoldEvent, Interval, fold
+from tally_pipeline.core.ledger import EntityKey, usage_moved
+from tally_pipeline.core.registry import Meter
+from tally_pipeline.projection import fold_rows_by_resource
+from tally_pipeline.store import ledger_late
+
+
+def _intervals_as_of(events: list[FoldEvent], seq: int) -> tuple[Interval, ...]:
+    seen = [e for e in events if e.seq <= seq]
+    return fold(seen).intervals if seen else ()
+
+
+def late_usage(
+    uow: Any,
+    dialect: str,
+    meters: Iterable[Meter],
+    *,
+    since: int,
+    upto: int,
+    start: datetime,
+    end: datetime,
+) -> dict[EntityKey, int]:
+    """Per entity: the change to usage dated in ``[start, end)`` made by the events with
+    ``since < seq <= upto``. Reads only the resources that received such an event dated before ``end``."""
+    keys = ledger_late.late_resources(uow, since, upto, end)
+    if not keys:
+        return {}
+    by_type: dict[str, list[Meter]] = {}
+    for meter in meters:
+        by_type.setdefault(meter.resource_type, []).append(meter)
+    out: dict[EntityKey, int] = {}
+    for (cloud, resource_type, _), events in fold_rows_by_resource(ledger_late.histories(uow, dialect, keys)):
+        of_type = by_type.get(resource_type)
+        if not of_type:
+            continue
+        moved = usage_moved(of_type, cloud, _intervals_as_of(events, upto), _intervals_as_of(events, since),
+                            start, end)
+        for key, micro in moved.items():
+            out[key] = out.get(key, 0) + micro
+    return out

@@ -1,0 +1,50 @@
+"""The reads a posting batch makes to date late usage exactly (``tally_pipeline.ledger.late``).
+
+A batch pins the projection: it reads the watermark its totals correspond to, and on Postgres holds
+the projection lock shared until it commits, so no refresh can change the intervals between the
+batch's statements (a refresh takes that lock exclusively). It is taken before the checkpoints'
+row locks, so a refresh waiting for it never sits between two batches that wait for each other.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from datetime import datetime
+from typing import Any
+
+from tally_pipeline.store.projection_tables import Key
+
+
+def pin_watermark(uow: Any, dialect: str) -> int:
+    """The projection watermark this transaction's reads of the projection correspond to."""
+    if dialect == "postgres":
+        from tally_pipeline.store.projection_postgres import PROJECTION_LOCK
+
+        uow.execute("SELECT pg_advisory_xact_lock_shared(%s)", (PROJECTION_LOCK,))
+    return int(uow.fetchall("SELECT watermark FROM projection_state WHERE name = 'resources'")[0][0])
+
+
+def late_resources(uow: Any, since: int, upto: int, before: datetime) -> list[Key]:
+    """Resources that received, with ``since < seq <= upto``, an event dated before ``before``.
+
+    Bounded by the seq range (an index on Postgres, row-group pruning on DuckDB, whose log is in seq
+    order): in steady state, the events of one schedule interval.
+    """
+    rows = uow.fetchall(
+        "SELECT DISTINCT cloud, resource_type, resource_id FROM events WHERE seq > %s AND seq <= %s"
+        " AND occurred_at < %s ORDER BY 1, 2, 3",
+        (since, upto, before),
+    )
+    return [(cloud, rtype, rid) for cloud, rtype, rid in rows]
+
+
+def histories(uow: Any, dialect: str, keys: Sequence[Key]) -> Iterator[tuple]:
+    """The resources' whole histories as fold rows, grouped by resource (the projection's own read)."""
+    if dialect == "postgres":
+        from tally_pipeline.store.projection_postgres import PostgresProjectionTables
+
+        yield from PostgresProjectionTables(uow, 0).histories(keys)
+    else:
+        from tally_pipeline.store.projection_duckdb import DuckDBProjectionTables
+
+        yield from DuckDBProjectionTables(uow).histories(keys)

@@ -16,8 +16,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
-from tally_pipeline.store.fold_postgres import FOLD_TABLE, INTERVALS_INSERT, STATE_INSERT
-from tally_pipeline.store.postgres_store import INGEST_LOCK
+from tally_pipeline.store.postgres.fold import FOLD_TABLE, INTERVALS_INSERT, STATE_INSERT
+from tally_pipeline.store.postgres.store import INGEST_LOCK
 from tally_pipeline.store.projection_tables import INTERVAL_COLUMNS, KEY, STATE_COLUMNS, Key, StoredFold
 
 PROJECTION_LOCK = 0x7A11_0003  # one refresh at a time

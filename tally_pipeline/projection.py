@@ -12,8 +12,8 @@ the log:
   event — is re-folded from its full history, read through the resource index.
 
 Bulk loads (more than ``PYTHON_FOLD_MAX`` pending events) and rebuilds fold in SQL, on each backend
-(``store/fold_duckdb.py``, ``store/fold_postgres.py``). Property tests hold all of these paths equal
-to the Python fold. The SQL lives in ``store/projection_duckdb.py`` and ``store/projection_postgres.py``.
+(``store/duckdb/fold.py``, ``store/postgres/fold.py``). Property tests hold all of these paths equal
+to the Python fold. The SQL lives in ``store/duckdb/projection.py`` and ``store/postgres/projection.py``.
 """
 
 from __future__ import annotations
@@ -74,11 +74,11 @@ class _Counts:
 def _run(store: Store, *, full: bool) -> RefreshResult:
     started = time.perf_counter()
     if store.dialect == "duckdb":
-        from tally_pipeline.store.projection_duckdb import DuckDBProjectionTables
+        from tally_pipeline.store.duckdb.projection import DuckDBProjectionTables
 
         counts = store.run(lambda uow: _fold_pending(DuckDBProjectionTables(uow), full=full))
     else:
-        from tally_pipeline.store.projection_postgres import PostgresProjectionTables, stable_high_water
+        from tally_pipeline.store.postgres.projection import PostgresProjectionTables, stable_high_water
 
         if not full and not pending(store):
             return RefreshResult(0, read_watermark(store), time.perf_counter() - started, full)

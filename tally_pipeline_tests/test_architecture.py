@@ -7,6 +7,7 @@ Imports inside functions count too (a lazy import hides a cycle, it does not rem
 from __future__ import annotations
 
 import ast
+import re
 from pathlib import Path
 
 import tally_pipeline
@@ -99,3 +100,45 @@ def test_core_imports_only_core() -> None:
     upward = {m: sorted(d for d in deps if not d.startswith("tally_pipeline.core"))
               for m, deps in _graph().items() if m.startswith("tally_pipeline.core")}
     assert {m: d for m, d in upward.items() if d} == {}
+
+
+#: Modules outside store/ whose strings hold SQL. store/ is where SQL lives; benchmarks, fakes and
+#: the collector's own buffer keep theirs. The poster keeps its statements until they move into the
+#: store; when they do, its entry goes.
+_SQL = re.compile(r"\b(SELECT\s+.+\s+FROM|INSERT\s+INTO|UPDATE\s+\w+\s+SET|DELETE\s+FROM|CREATE\s+TABLE)\b", re.I | re.S)
+_SQL_HOMES = ("store", "bench", "fakes", "collector")
+_SQL_NOT_YET_MOVED = {"tally_pipeline.ledger.poster"}
+
+
+def _holds_sql(path: Path) -> bool:
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    return any(isinstance(node, ast.Constant) and isinstance(node.value, str) and _SQL.search(node.value)
+               for node in ast.walk(tree))
+
+
+def test_sql_lives_in_the_store() -> None:
+    outside = {_module_name(p) for p in PACKAGE.rglob("*.py")
+               if p.relative_to(PACKAGE).parts[0] not in _SQL_HOMES and _holds_sql(p)}
+    assert outside <= _SQL_NOT_YET_MOVED
+
+
+def test_sql_finder_sees_sql(tmp_path: Path) -> None:
+    module = tmp_path / "m.py"
+    module.write_text('Q = "SELECT cloud, project_id\\n FROM usage_checkpoints"\nX = "select the newest"\n')
+    assert _holds_sql(module)
+    module.write_text('X = "select the newest"\n')
+    assert not _holds_sql(module)
+
+
+def test_only_the_store_imports_database_drivers() -> None:
+    drivers = ("duckdb", "psycopg", "psycopg_pool")
+    importing = {m: sorted(d for d in _imports(p, m) if d.split(".")[0] in drivers)
+                 for m, p in ((_module_name(p), p) for p in PACKAGE.rglob("*.py"))
+                 if not m.startswith("tally_pipeline.store")}
+    assert {m: d for m, d in importing.items() if d} == {}
+
+
+def test_each_backend_is_a_package_of_the_same_parts() -> None:
+    parts = {backend: sorted(p.stem for p in (PACKAGE / "store" / backend).glob("*.py"))
+             for backend in ("duckdb", "postgres")}
+    assert {"store", "projection", "fold", "usage_sql"} <= set(parts["duckdb"]) & set(parts["postgres"])

@@ -18,7 +18,7 @@ import pytest
 from tally_pipeline.bench.serve_process import ServeProcess
 from tally_pipeline.collector import Collector
 from tally_pipeline.collector.backoff import Backoff
-from tally_pipeline.store.postgres_store import INGEST_LOCK
+from tally_pipeline.store.postgres.locks import INGEST_LOCK
 from tally_pipeline_tests.collector_api import wait_for_outcome
 from tally_pipeline_tests.faults import (
     FAULT_APP,

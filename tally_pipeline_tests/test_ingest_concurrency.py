@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 from tally_pipeline.ingest import Ingestor
 from tally_pipeline.schemas import default_registry
 from tally_pipeline.store import open_store
-from tally_pipeline.store.postgres_store import PostgresUnitOfWork
+from tally_pipeline.store.postgres.store import PostgresUnitOfWork
 from tally_pipeline_tests.events import event
 from tally_pipeline_tests.faults import wait_until
 from tally_pipeline_tests.processes import SPAWN, run_processes

@@ -21,7 +21,7 @@ from tally_pipeline.ingest import Ingestor, PreparedBatch
 from tally_pipeline.schemas import default_registry
 from tally_pipeline.store import open_store
 from tally_pipeline.store.base import Store, TransientConflict, UnitOfWork
-from tally_pipeline.store.postgres_store import PostgresStore, PostgresUnitOfWork
+from tally_pipeline.store.postgres.store import PostgresStore, PostgresUnitOfWork
 from tally_pipeline_tests.events import event
 from tally_pipeline_tests.faults import wait_until
 from tally_pipeline_tests.hostile import batches, odd_text

@@ -16,7 +16,7 @@ from starlette.testclient import TestClient
 
 from tally_pipeline.api.quota import DeadLetterQuota
 from tally_pipeline.store import Store, open_store
-from tally_pipeline.store.postgres_store import PostgresStore
+from tally_pipeline.store.postgres.store import PostgresStore
 from tally_pipeline_tests.api_setup import ALL, SIM_CLOUD, bearer, build_api, closed_port, token_for
 from tally_pipeline_tests.api_setup import memory_or_postgres_store  # noqa: F401 - provides "store" here
 from tally_pipeline_tests.collector_api import volume_event

@@ -112,7 +112,7 @@ def test_a_tokens_file_error_quotes_no_token(tmp_path: Path) -> None:
 
 
 def test_the_api_answers_store_errors_without_the_password(caplog: pytest.LogCaptureFixture) -> None:
-    from tally_pipeline.store.postgres_store import PostgresStore
+    from tally_pipeline.store.postgres.store import PostgresStore
 
     url = f"postgresql://tally:{PASSWORD}@[db/tally"
     rt = Runtime.load(None, database=url)

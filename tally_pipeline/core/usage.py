@@ -4,7 +4,7 @@ A meter is a rate: ``size[per] / divisor`` units per hour (1 when ``per`` is Non
 integer **micro-units** (1e-6 of the meter's unit). The one rounding step is per interval: the
 usage of an interval through ``T`` is ``floor(value × µs / (3600 × divisor))`` where µs is the
 length of ``[start, min(end, T))`` in microseconds. Cumulative usage is the sum over intervals.
-The SQL in ``tally_pipeline.ledger.usage_sql`` computes the same integers; tests hold them equal.
+The SQL in ``tally_pipeline.store.usage_sql`` computes the same integers; tests hold them equal.
 Accuracy against a ground truth is measured per (cloud, project, meter), as a tenant reads a bill.
 """
 

@@ -16,15 +16,12 @@ import time
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-import pyarrow as pa
-
 from tally_pipeline.core.ledger import EntityKey
 from tally_pipeline.ledger.naive import post_usage_naively
 from tally_pipeline.ledger.poster import DEFAULT_BATCH_SIZE, DEFAULT_WORKERS, post_usage
 from tally_pipeline.ledger.verify import verify
 from tally_pipeline.schemas import default_registry
-from tally_pipeline.store import Store
-from tally_pipeline.store.base import UnitOfWork
+from tally_pipeline.store import Store, ledger_checkpoints
 from tally_pipeline.store.scratch import scratch_store
 
 BASE = datetime(2026, 1, 1, tzinfo=UTC)
@@ -51,34 +48,6 @@ def _intervals(entities: int) -> tuple[list[tuple[Any, ...]], int]:
     for n in range(volumes):
         rows.append(("bench", "volume", f"vol-{n}", 1, 1, f"q{n:07d}", _VOLUME_SIZE, BASE - timedelta(days=3), None))
     return rows, instances * 3 + volumes
-
-
-def _load(store: Store, rows: list[tuple[Any, ...]]) -> None:
-    columns = "cloud, resource_type, resource_id, interval_no, lifecycle_no, project_id, size, start_at, end_at"
-
-    def load(uow: UnitOfWork) -> None:
-        if store.dialect == "postgres":
-            with uow.cur.copy(f"COPY resource_intervals ({columns}) FROM STDIN") as copy:  # type: ignore[attr-defined]
-                for row in rows:
-                    copy.write_row(row)
-            return
-        names = columns.split(", ")
-        table = pa.table(
-            {
-                name: pa.array(
-                    [r[i] for r in rows],
-                    type=pa.timestamp("us", tz="UTC") if name in ("start_at", "end_at") else None,
-                )
-                for i, name in enumerate(names)
-            }
-        )
-        uow.con.register("_bench_intervals", table)  # type: ignore[attr-defined]
-        uow.execute(f"INSERT INTO resource_intervals ({columns}) SELECT * FROM _bench_intervals")
-        uow.con.unregister("_bench_intervals")  # type: ignore[attr-defined]
-
-    store.run(load)
-    if store.dialect == "postgres":
-        store.run(lambda uow: uow.execute("ANALYZE resource_intervals"))
 
 
 def _timed(fn: Any) -> tuple[Any, float]:
@@ -115,14 +84,13 @@ def _run(
     if naive_sample is None:
         naive_sample = 10_000 if store.dialect == "postgres" else 200
     rows, made = _intervals(entities)
-    _load(store, rows)
+    store.load_intervals(rows)
     settings = {"ingest_lag": LAG, "window_days": WINDOW_DAYS, "batch_size": batch_size, "workers": workers}
 
     first, first_s = _timed(lambda: post_usage(store, registry, now=BASE, **settings))
     steady, steady_s = _timed(lambda: post_usage(store, registry, now=BASE + timedelta(hours=1), **settings))
-    if store.dialect == "postgres":
-        store.run(lambda uow: uow.execute("ANALYZE usage_checkpoints"))
-    keys = [EntityKey(*row) for row in store.query("SELECT cloud, project_id, meter FROM usage_checkpoints ORDER BY 1, 2, 3")]
+    store.run(store.usage_sql().refresh_statistics)
+    keys = [EntityKey(*key) for key in ledger_checkpoints.entity_keys(store)]
     sample_size = max(1, min(naive_sample, len(keys)))
     step = len(keys) / sample_size
     sample = [keys[int(i * step)] for i in range(sample_size)]

@@ -10,15 +10,13 @@ and reported.
 
 from __future__ import annotations
 
-from contextlib import ExitStack
 from dataclasses import dataclass, field
 from datetime import UTC, date, datetime, time, timedelta
 from typing import Any
 
 from tally_pipeline.core.registry import SizeSchemaRegistry
 from tally_pipeline.core.timeutil import format_rfc3339, to_utc
-from tally_pipeline.core.usage import epoch_us
-from tally_pipeline.ledger.usage_sql import EVALUATE_ONCE, UsageSQL, compose, p
+from tally_pipeline.store import usage_daily
 from tally_pipeline.store.base import Store, UnitOfWork
 
 _DAY = timedelta(days=1)
@@ -87,72 +85,15 @@ def recompute_usage_daily(
 
 def _recompute(uow: UnitOfWork, store: Store, registry: SizeSchemaRegistry, result: DailyResult, days: list[date]) -> None:
     result.rows, result.skipped = 0, []
-    uow.execute("DELETE FROM usage_daily WHERE day >= %s AND day <= %s", [result.first_day, result.last_day])
-    if not days:
-        return
-    sql = UsageSQL(store.dialect)
-    through_us = epoch_us(result.through)
-    with ExitStack() as stack:
-        days_rel = sql.rows(
-            uow,
-            stack,
-            "dd",
-            [("day", "date"), ("start_at", "timestamptz"), ("end_at", "timestamptz"), ("start_us", "bigint"), ("end_us", "bigint")],
-            [
-                days,
-                [day_start(d) for d in days],
-                [day_start(d) + _DAY for d in days],
-                [min(epoch_us(day_start(d)), through_us) for d in days],
-                [min(epoch_us(day_start(d) + _DAY), through_us) for d in days],
-            ],
-        )
-        statement = compose(
-            "SELECT x.cloud, x.project_id, x.meter, x.day, x.unit, sum(",
-            sql.usage("x.t_end"),
-            ") - sum(",
-            sql.usage("x.t_start"),
-            "), count(*) - count(x.v), min(CASE WHEN x.v IS NULL THEN ",
-            sql.bad_value(),
-            " END) FROM (SELECT i.cloud, i.project_id, m.meter, m.unit, dd.day, dd.start_us AS t_start,"
-            " dd.end_us AS t_end, ",
-            sql.interval_columns(),
-            " FROM ",
-            days_rel,
-            " JOIN resource_intervals i ON i.start_at < dd.end_at AND (i.end_at IS NULL OR i.end_at > dd.start_at)"
-            " JOIN ",
-            sql.meters(registry.meters()),
-            " ON m.resource_type = i.resource_type WHERE i.start_at < ",
-            p(result.through),
-            EVALUATE_ONCE,
-            ") x GROUP BY x.cloud, x.project_id, x.meter, x.day, x.unit",
-        )
-        rows = uow.fetchall(statement.sql, statement.params)
+    usage_daily.delete_days(uow, result.first_day, result.last_day)
+    sql = store.usage_sql()
+    windows = [usage_daily.DayWindow(d, day_start(d), day_start(d) + _DAY) for d in days]
     keep = []
-    for cloud, project_id, meter, day, unit, micro, n_bad, example in rows:
-        day = day if isinstance(day, date) and not isinstance(day, datetime) else day.date()
-        if n_bad:
-            result.skipped.append(SkippedDay(cloud, project_id, meter, day, f"bad_size: {example}"))
-        elif micro:
-            keep.append((cloud, project_id, meter, day, str(int(micro)), unit))
+    for row in usage_daily.usage_by_day(uow, sql, registry.meters(), windows, result.through):
+        if row.unusable:
+            result.skipped.append(SkippedDay(row.cloud, row.project_id, row.meter, row.day, f"bad_size: {row.example}"))
+        elif row.micro:
+            keep.append(row)
     result.skipped.sort(key=lambda s: (s.cloud, s.project_id, s.meter, s.day))
-    if not keep:
-        return
-    with ExitStack() as stack:
-        new = sql.rows(
-            uow,
-            stack,
-            "r",
-            [("cloud", "text"), ("project_id", "text"), ("meter", "text"), ("day", "date"), ("quantity", "micro"), ("unit", "text")],
-            [list(col) for col in zip(*keep, strict=True)],
-        )
-        statement = compose(
-            "INSERT INTO usage_daily (cloud, project_id, meter, day, quantity, unit, computed_at)"
-            " SELECT r.cloud, r.project_id, r.meter, r.day, ",
-            sql.micro_to_amount("r.quantity"),
-            ", r.unit, ",
-            p(datetime.now(UTC)),
-            " FROM ",
-            new,
-        )
-        uow.execute(statement.sql, statement.params)
+    usage_daily.insert_days(uow, sql, keep, datetime.now(UTC))
     result.rows = len(keep)

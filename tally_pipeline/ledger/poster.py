@@ -50,8 +50,8 @@ from tally_pipeline.core.registry import Meter, SizeSchemaRegistry
 from tally_pipeline.core.timeutil import format_rfc3339
 from tally_pipeline.core.usage import epoch_us, to_units
 from tally_pipeline.ledger.late import late_usage
-from tally_pipeline.ledger.usage_sql import EVALUATE_ONCE, Fragment, UsageSQL, compose, p
 from tally_pipeline.store import ledger_late, ledger_records
+from tally_pipeline.store.usage_sql import EVALUATE_ONCE, Fragment, UsageSQL, compose, p
 from tally_pipeline.store.base import Store, StoreError, UnitOfWork
 
 DEFAULT_BATCH_SIZE = 5000

@@ -15,12 +15,12 @@ from datetime import datetime
 from decimal import Decimal
 from typing import Any, Literal
 
-from tally_pipeline.core.registry import SizeSchemaRegistry
+from tally_pipeline.core.registry import Meter, SizeSchemaRegistry
 from tally_pipeline.core.timeutil import format_rfc3339
 from tally_pipeline.core.usage import to_micro, to_units
-from tally_pipeline.ledger.usage_sql import EVALUATE_ONCE, UsageSQL, compose
-from tally_pipeline.store import ledger_records
+from tally_pipeline.store import ledger_checkpoints, ledger_records
 from tally_pipeline.store.base import Store, UnitOfWork
+from tally_pipeline.store.usage_sql import UsageSQL
 
 Kind = Literal[
     "orphan_postings", "ledger_mismatch", "unknown_meter", "unreadable_usage", "skipped", "history_changed",
@@ -122,79 +122,51 @@ def verify(store: Store, registry: SizeSchemaRegistry | None = None, *, include_
 
 
 def _verify(uow: UnitOfWork, store: Store, registry: SizeSchemaRegistry, include_history: bool) -> Verification:
-    sql = UsageSQL(store.dialect)
+    sql = store.usage_sql()
     meters = registry.meters()
     known = {m.name for m in meters}
-    statement = compose(
-        "WITH recomputed AS (SELECT x.cloud, x.project_id, x.meter, sum(",
-        sql.usage("x.t"),
-        ") AS micro, count(*) - count(x.v) AS n_bad, min(CASE WHEN x.v IS NULL THEN ",
-        sql.bad_value(),
-        " END) AS example FROM (SELECT c.cloud, c.project_id, c.meter, ",
-        sql.us("c.clamp"),
-        " AS t, ",
-        sql.interval_columns(),
-        " FROM usage_checkpoints c JOIN ",
-        sql.meters(meters),
-        " ON m.meter = c.meter JOIN resource_intervals i ON i.cloud = c.cloud"
-        " AND i.project_id = c.project_id AND i.resource_type = m.resource_type AND i.start_at < c.clamp"
-        " WHERE c.clamp IS NOT NULL",
-        EVALUATE_ONCE,
-        ") x GROUP BY x.cloud, x.project_id, x.meter),"
-        " posted AS (SELECT cloud, project_id, meter, sum(amount) AS amount"
-        " FROM ledger_postings GROUP BY cloud, project_id, meter)"
-        " SELECT coalesce(c.cloud, p.cloud), coalesce(c.project_id, p.project_id), coalesce(c.meter, p.meter),"
-        " c.cloud IS NOT NULL, c.clamp, c.total, p.amount, r.micro, r.n_bad, r.example"
-        " FROM usage_checkpoints c"
-        " FULL JOIN posted p ON p.cloud = c.cloud AND p.project_id = c.project_id AND p.meter = c.meter"
-        " LEFT JOIN recomputed r ON r.cloud = c.cloud AND r.project_id = c.project_id AND r.meter = c.meter"
-        " WHERE c.cloud IS NULL OR coalesce(p.amount, 0) <> c.total"
-        " OR (c.clamp IS NOT NULL AND (coalesce(r.n_bad, 0) > 0 OR coalesce(r.micro, 0) <> ",
-        sql.amount_to_micro("c.total"),
-        ")) ORDER BY 1, 2, 3",
-    )
-    rows = uow.fetchall(statement.sql, statement.params)
-    checked = uow.fetchall("SELECT count(*) FROM usage_checkpoints WHERE clamp IS NOT NULL")[0][0]
-
+    rows = ledger_checkpoints.disagreements(uow, sql, meters)
+    checked = ledger_checkpoints.posted_count(uow)
     found: list[Discrepancy] = []
-    for cloud, project_id, meter, has_checkpoint, clamp, total, amount, micro, n_bad, example in rows:
-        posted = to_micro(amount) if amount is not None else 0
-        checkpoint_total = to_micro(total) if total is not None else None
-        recomputed = int(micro) if micro is not None else 0
+    for row in rows:
+        posted = to_micro(row.posted) if row.posted is not None else 0
+        checkpoint_total = to_micro(row.total) if row.total is not None else None
+        recomputed = row.micro if row.micro is not None else 0
         kind: Kind
-        if not has_checkpoint:
+        if not row.has_checkpoint:
             kind, detail = "orphan_postings", "postings exist for an entity without a checkpoint"
         elif posted != checkpoint_total:
             kind, detail = "ledger_mismatch", "the postings do not sum to the checkpoint's total"
-        elif meter not in known:
-            kind, detail = "unknown_meter", f"{meter} is not registered; usage cannot be recomputed"
-        elif n_bad:
-            kind, detail = "unreadable_usage", f"{example}"
+        elif row.meter not in known:
+            kind, detail = "unknown_meter", f"{row.meter} is not registered; usage cannot be recomputed"
+        elif row.unusable:
+            kind, detail = "unreadable_usage", f"{row.example}"
         else:
             kind = "history_changed"
             detail = "usage through the clamp changed after the cycle; the next cycle posts the difference"
         if not include_history and kind not in LEDGER_KINDS:
             continue
+        readable = row.has_checkpoint and row.clamp is not None and not row.unusable and row.meter in known
         found.append(
             Discrepancy(
-                cloud,
-                project_id,
-                meter,
+                row.cloud,
+                row.project_id,
+                row.meter,
                 kind,
-                clamp,
+                row.clamp,
                 to_units(posted),
                 None if checkpoint_total is None else to_units(checkpoint_total),
-                None if (not has_checkpoint or clamp is None or n_bad or meter not in known) else to_units(recomputed),
+                to_units(recomputed) if readable else None,
                 detail,
             )
         )
     if include_history:
         found += _unposted(uow, sql, meters)
         found.sort(key=lambda d: (d.cloud, d.project_id, d.meter))
-    return Verification(int(checked), found)
+    return Verification(checked, found)
 
 
-def _unposted(uow: UnitOfWork, sql: UsageSQL, meters: list[Any]) -> list[Discrepancy]:
+def _unposted(uow: UnitOfWork, sql: UsageSQL, meters: list[Meter]) -> list[Discrepancy]:
     """Entities with usage no cycle posted, and what the latest cycle skipped or excluded."""
     latest = ledger_records.latest_cycle(uow)
     # usage dated before the latest cycle's clamp should have been posted by it; before the first

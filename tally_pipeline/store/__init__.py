@@ -35,11 +35,11 @@ def open_store(url: str, *, migrate: bool | None = None) -> Store:
     production schema changes go through ``tally db migrate``.
     """
     if url.startswith("duckdb://"):
-        from tally_pipeline.store.duckdb_store import DuckDBStore
+        from tally_pipeline.store.duckdb.store import DuckDBStore
 
         return DuckDBStore(url.removeprefix("duckdb://"), migrate=True if migrate is None else migrate)
     if url.startswith(("postgresql://", "postgres://")):
-        from tally_pipeline.store.postgres_store import PostgresStore
+        from tally_pipeline.store.postgres.store import PostgresStore
 
         return PostgresStore(url, migrate=bool(migrate))
     raise ValueError(f"unsupported database URL {url!r}: use duckdb://PATH or postgresql://…")

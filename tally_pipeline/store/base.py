@@ -15,7 +15,7 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, Literal, TypeVar
+from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 from tally_pipeline.core.envelope import EventRecord
 from tally_pipeline.store.errors import (  # noqa: F401 - the public names stay importable from here
@@ -25,6 +25,9 @@ from tally_pipeline.store.errors import (  # noqa: F401 - the public names stay 
     TransactionFailed,
     TransientConflict,
 )
+
+if TYPE_CHECKING:
+    from tally_pipeline.store.usage_sql import UsageSQL
 
 T = TypeVar("T")
 #: An event's identity: (cloud, event_id). Dedup, conflicts and lookups all go by it.
@@ -215,6 +218,18 @@ class Store(abc.ABC):
 
     def ping(self) -> None:
         self.query("SELECT 1")
+
+    @abc.abstractmethod
+    def usage_sql(self) -> UsageSQL:
+        """The meter rule and row sets in this store's dialect, for statements that compute usage."""
+
+    @abc.abstractmethod
+    def load_intervals(self, rows: Sequence[tuple[Any, ...]]) -> None:
+        """Append ``resource_intervals`` rows as given, through the projection's writer, in one unit of work.
+
+        A row is (cloud, resource_type, resource_id, interval_no, lifecycle_no, project_id, size as
+        JSON text, start_at, end_at). Benchmarks seed usage this way, without events to fold.
+        """
 
     def close(self) -> None:  # noqa: B027 - backends without resources need nothing
         """Release connections."""

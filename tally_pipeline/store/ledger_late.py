@@ -18,7 +18,7 @@ from tally_pipeline.store.projection_tables import Key
 def pin_watermark(uow: Any, dialect: str) -> int:
     """The projection watermark this transaction's reads of the projection correspond to."""
     if dialect == "postgres":
-        from tally_pipeline.store.projection_postgres import PROJECTION_LOCK
+        from tally_pipeline.store.postgres.locks import PROJECTION_LOCK
 
         uow.execute("SELECT pg_advisory_xact_lock_shared(%s)", (PROJECTION_LOCK,))
     return int(uow.fetchall("SELECT watermark FROM projection_state WHERE name = 'resources'")[0][0])
@@ -41,10 +41,10 @@ def late_resources(uow: Any, since: int, upto: int, before: datetime) -> list[Ke
 def histories(uow: Any, dialect: str, keys: Sequence[Key]) -> Iterator[tuple]:
     """The resources' whole histories as fold rows, grouped by resource (the projection's own read)."""
     if dialect == "postgres":
-        from tally_pipeline.store.projection_postgres import PostgresProjectionTables
+        from tally_pipeline.store.postgres.projection import PostgresProjectionTables
 
         yield from PostgresProjectionTables(uow, 0).histories(keys)
     else:
-        from tally_pipeline.store.projection_duckdb import DuckDBProjectionTables
+        from tally_pipeline.store.duckdb.projection import DuckDBProjectionTables
 
         yield from DuckDBProjectionTables(uow).histories(keys)

@@ -101,7 +101,7 @@ def never_posted(
     """Entities with an interval begun before ``through`` (any, when None) that no cycle has posted.
 
     ``meters_sql`` is the registered meters as relation ``m(resource_type, meter, …)`` with its
-    parameters (``ledger.usage_sql.UsageSQL.meters``).
+    parameters (``usage_sql.UsageSQL.meters``).
     """
     sql = (
         "SELECT DISTINCT i.cloud, i.project_id, m.meter FROM resource_intervals i JOIN " + meters_sql +

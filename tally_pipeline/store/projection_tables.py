@@ -1,4 +1,4 @@
-"""The projection's reads and writes, one implementation per backend (``projection_duckdb``, ``projection_postgres``).
+"""The projection's reads and writes, one implementation per backend (``duckdb.projection``, ``postgres.projection``).
 
 ``tally_pipeline.projection`` decides what to fold and folds it; these classes are the only code that
 reads events for the fold and writes ``current_resources``, ``resource_intervals`` and the

@@ -18,7 +18,7 @@ import psycopg
 from tally_pipeline.store import open_store
 from tally_pipeline.store.base import Store
 from tally_pipeline.store.errors import map_exceptions
-from tally_pipeline.store.postgres_store import DRIVER_ERRORS
+from tally_pipeline.store.postgres.store import DRIVER_ERRORS
 
 
 def _with_search_path(url: str, schema: str) -> str:

@@ -16,7 +16,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from tally_pipeline.store.base import Store, StoreError
-from tally_pipeline.store.duckdb_store import DuckDBStore
+from tally_pipeline.store.duckdb.store import DuckDBStore
 
 #: The tables analysts read (docs/data-dictionary.md), in the order they are written.
 SNAPSHOT_TABLES = (

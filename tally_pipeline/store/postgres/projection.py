@@ -16,11 +16,10 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
-from tally_pipeline.store.fold_postgres import FOLD_TABLE, INTERVALS_INSERT, STATE_INSERT
-from tally_pipeline.store.postgres_store import INGEST_LOCK
+from tally_pipeline.store.postgres.fold import FOLD_TABLE, INTERVALS_INSERT, STATE_INSERT
+from tally_pipeline.store.postgres.locks import INGEST_LOCK, PROJECTION_LOCK
 from tally_pipeline.store.projection_tables import INTERVAL_COLUMNS, KEY, STATE_COLUMNS, Key, StoredFold
 
-PROJECTION_LOCK = 0x7A11_0003  # one refresh at a time
 # The SQL fold's sorts spill to disk past this, per worker. With more, the planner prefers one
 # in-memory sort to a parallel one, which measured slower (6.0 s against 3.5 s at 250k events).
 FOLD_WORK_MEM = "64MB"

@@ -1,8 +1,10 @@
-"""The meter arithmetic of ``core.usage`` in SQL, for both dialects, and row sets passed to a statement.
+"""The meter arithmetic of ``core.usage`` in SQL, and row sets passed to a statement: one subclass per dialect.
 
 Every statement that computes usage (the poster, verification, usage_daily) reads intervals in
 a subquery ``x`` with ``interval_columns`` and sums ``usage(through)`` over it: one definition of
-the rule per dialect, held equal to the Python one by tests. Times are compared as integer microseconds since the epoch.
+the rule per dialect (``duckdb.usage_sql``, ``postgres.usage_sql``), held equal to the Python one
+by tests. Times are compared as integer microseconds since the epoch. ``Store.usage_sql()`` hands
+out the store's own.
 
 Row sets (entity keys, postings to insert) go to Postgres as one JSON parameter unpacked in the
 statement, and to DuckDB as registered Arrow tables: one statement either way, no per-row trips.
@@ -10,29 +12,18 @@ statement, and to DuckDB as registered Arrow tables: one statement either way, n
 
 from __future__ import annotations
 
-import itertools
+import abc
 from collections.abc import Sequence
 from contextlib import ExitStack
 from dataclasses import dataclass
-from typing import Any
-
-import orjson
-import pyarrow as pa
+from typing import Any, ClassVar, Literal
 
 from tally_pipeline.core.registry import Meter
 from tally_pipeline.store.base import Dialect, UnitOfWork
 
-# column kinds a row set may hold: (Postgres: the JSON element as that type, Arrow type)
-_KINDS: dict[str, tuple[str, pa.DataType]] = {
-    "text": ("{e}", pa.string()),
-    "bigint": ("({e})::bigint", pa.int64()),
-    "timestamptz": ("({e})::timestamptz", pa.timestamp("us", tz="UTC")),
-    # exact micro-units as decimal digits: Python ints of any size, cheap to send (Decimal is not)
-    "micro": ("{e}", pa.string()),
-    "date": ("({e})::date", pa.date32()),
-}
-
-_names = itertools.count()
+#: Column kinds a row set may hold. ``micro`` is exact micro-units as decimal digits: Python ints
+#: of any size, cheap to send (Decimal is not).
+RowKind = Literal["text", "bigint", "timestamptz", "micro", "date"]
 
 
 @dataclass(frozen=True)
@@ -43,64 +34,59 @@ class Fragment:
     params: tuple[Any, ...] = ()
 
 
-class UsageSQL:
-    """SQL fragments for one dialect."""
+class UsageSQL(abc.ABC):
+    """SQL fragments for one dialect: what both share here, what differs in the subclasses."""
 
-    def __init__(self, dialect: Dialect):
-        self.dialect = dialect
-        self.pg = dialect == "postgres"
+    dialect: ClassVar[Dialect]
+    _by_dialect: ClassVar[dict[str, type[UsageSQL]]] = {}
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        UsageSQL._by_dialect[cls.dialect] = cls
+
+    def __new__(cls, dialect: Dialect | None = None) -> UsageSQL:
+        """``UsageSQL(dialect)`` is the subclass for ``dialect`` (its backend's store module loaded it).
+
+        Only the poster builds its SQL this way, until its statements move into the store; the
+        rest asks ``store.usage_sql()``.
+        """
+        if cls is UsageSQL:
+            if dialect not in UsageSQL._by_dialect:
+                raise ValueError(f"no usage SQL loaded for dialect {dialect!r}: open a store of that dialect")
+            cls = UsageSQL._by_dialect[dialect]
+        return super().__new__(cls)
+
+    def __init__(self, dialect: Dialect | None = None) -> None:
+        """Stateless: ``dialect`` is only there for ``__new__``."""
 
     # -- instants ---------------------------------------------------------------------------
 
+    @abc.abstractmethod
     def us(self, column: str) -> str:
-        """Microseconds since the epoch of a timestamptz column (exact: Postgres extracts a numeric)."""
-        if self.pg:
-            return f"(extract(epoch FROM {column}) * 1000000)::bigint"
-        return f"epoch_us({column})"
+        """Microseconds since the epoch of a timestamptz column, exactly."""
 
     # -- the meter rule ---------------------------------------------------------------------
 
+    @abc.abstractmethod
     def meter_value(self) -> str:
         """The size field of interval ``i`` meter ``m`` multiplies by; NULL when it is not usable."""
-        if self.pg:
-            return (
-                "CASE WHEN m.per IS NULL THEN 1::numeric"
-                " WHEN jsonb_typeof(i.size) <> 'object' THEN NULL"
-                " WHEN coalesce(jsonb_typeof(i.size -> m.per), 'null') = 'null' THEN 0::numeric"
-                " WHEN jsonb_typeof(i.size -> m.per) = 'number' AND (i.size ->> m.per) ~ '^[0-9]{1,18}$'"
-                " THEN (i.size ->> m.per)::numeric END"
-            )
-        return (
-            "CASE WHEN m.per IS NULL THEN 1::HUGEINT"
-            " WHEN json_type(i.size) <> 'OBJECT' THEN NULL"
-            " WHEN coalesce(json_type(i.size, m.path), 'NULL') = 'NULL' THEN 0::HUGEINT"
-            " WHEN json_type(i.size, m.path) IN ('UBIGINT', 'BIGINT')"
-            " AND regexp_full_match(json_extract_string(i.size, m.path), '[0-9]{1,18}')"
-            " THEN TRY_CAST(json_extract_string(i.size, m.path) AS HUGEINT) END"
-        )
+
+    @abc.abstractmethod
+    def field_problem(self, x: str) -> str:
+        """What is wrong with interval row ``x``'s size (its metered field, or the size itself)."""
 
     def bad_value(self, x: str = "x") -> str:
         """Why interval row ``x`` has no usable value (evaluate only where ``x.v`` IS NULL)."""
-        if self.pg:
-            field = (
-                f"CASE WHEN jsonb_typeof({x}.size) = 'object'"
-                f" THEN {x}.per || ' = ' || coalesce(({x}.size -> {x}.per)::text, 'null')"
-                " || ' is not an integer in [0, 10^18)' ELSE 'size is not an object' END"
-            )
-        else:
-            field = (
-                f"CASE WHEN json_type({x}.size) = 'OBJECT'"
-                f" THEN {x}.per || ' = ' || coalesce(CAST(json_extract({x}.size, {x}.path) AS TEXT), 'null')"
-                " || ' is not an integer in [0, 10^18)' ELSE 'size is not an object' END"
-            )
-        return f"{x}.resource_type || '/' || {x}.resource_id || ': ' || {field}"
+        return f"{x}.resource_type || '/' || {x}.resource_id || ': ' || {self.field_problem(x)}"
 
+    @abc.abstractmethod
     def usage(self, through: str, x: str = "x") -> str:
         """Micro-units interval row ``x`` used through ``through`` (µs), truncated per interval."""
-        span = f"greatest(0, least(coalesce({x}.e, {through}), {through}) - {x}.s)"
-        if self.pg:
-            return f"div({x}.v * {span}, {x}.d)"
-        return f"(({x}.v * {span}) // {x}.d)"
+
+    @staticmethod
+    def span(through: str, x: str) -> str:
+        """The µs of interval row ``x`` that lie before ``through``."""
+        return f"greatest(0, least(coalesce({x}.e, {through}), {through}) - {x}.s)"
 
     def interval_columns(self) -> str:
         """The columns an interval row carries for ``usage`` and ``bad_value``, from interval ``i``
@@ -114,18 +100,15 @@ class UsageSQL:
         """An integer parameter typed as BIGINT (µs instants)."""
         return Fragment("CAST(%s AS BIGINT)", (value,))
 
+    @abc.abstractmethod
     def micro_to_amount(self, expr: str) -> str:
         """Exact micro-units (an integer, or its digits as text) → the meter's unit with six decimals.
 
         A product, not a division: Postgres rounds a quotient to a scale of its choosing."""
-        if self.pg:
-            return f"(({expr})::numeric(38,0) * 0.000001)::numeric(38,6)"
-        return f"CAST(CAST({expr} AS DECIMAL(38,0)) * 0.000001 AS DECIMAL(38,6))"
 
+    @abc.abstractmethod
     def amount_to_micro(self, expr: str) -> str:
-        if self.pg:
-            return f"(({expr}) * 1000000)::numeric(38,0)"
-        return f"CAST(({expr}) * 1000000 AS HUGEINT)"
+        """An amount in the meter's unit → exact micro-units."""
 
     # -- relations ----------------------------------------------------------------------------
 
@@ -141,34 +124,19 @@ class UsageSQL:
         values = ", ".join([row] * len(meters))
         return Fragment(f"(VALUES {values}) AS m(resource_type, meter, per, path, divisor, unit)", tuple(params))
 
+    @abc.abstractmethod
     def rows(
         self,
         uow: UnitOfWork,
         stack: ExitStack,
         alias: str,
-        columns: Sequence[tuple[str, str]],
+        columns: Sequence[tuple[str, RowKind]],
         data: Sequence[Sequence[Any]],
     ) -> Fragment:
         """A row set as relation ``alias(columns…)``: ``columns`` are (name, kind), ``data`` one list per column.
 
-        On DuckDB the Arrow table stays registered until ``stack`` closes.
+        Anything the relation needs beyond the statement is released when ``stack`` closes.
         """
-        if self.pg:
-            # One JSON text of rows: orjson writes it and Postgres parses it in C, several times
-            # faster than psycopg's array dumpers, which are Python, element by element.
-            select = ", ".join(
-                _KINDS[kind][0].format(e=f"e->>{i}") + f" AS {name}" for i, (name, kind) in enumerate(columns)
-            )
-            payload = orjson.dumps(list(zip(*data, strict=True))).decode()
-            return Fragment(f"(SELECT {select} FROM json_array_elements(%s::json) AS e) AS {alias}", (payload,))
-        table = pa.table(
-            {name: pa.array(list(col), type=_KINDS[kind][1]) for (name, kind), col in zip(columns, data, strict=True)}
-        )
-        registered = f"_ledger_{alias}_{next(_names)}"
-        con = uow.con  # type: ignore[attr-defined]
-        con.register(registered, table)
-        stack.callback(con.unregister, registered)
-        return Fragment(f"{registered} AS {alias}", ())
 
     def key_range(
         self,
@@ -204,23 +172,15 @@ class UsageSQL:
             params += clause_params
         return Fragment("".join(sql), tuple(params))
 
-    def refresh_statistics(self, uow: UnitOfWork) -> None:
-        """Let the planner see the checkpoints table as it is now (Postgres; DuckDB keeps its own)."""
-        if self.pg:
-            uow.execute("ANALYZE usage_checkpoints")
+    def refresh_statistics(self, uow: UnitOfWork) -> None:  # noqa: B027 - DuckDB keeps its own
+        """Let the planner see the checkpoints table as it is now."""
 
-    def plan_per_batch(self, uow: UnitOfWork) -> None:
-        """Plan this transaction's statements for their actual parameters.
-
-        psycopg prepares a statement run five times; Postgres then may reuse a generic plan, and
-        for a key range with unknown bounds that is a scan of every checkpoint, in every batch.
-        """
-        if self.pg:
-            uow.execute("SET LOCAL plan_cache_mode = force_custom_plan")
+    def plan_per_batch(self, uow: UnitOfWork) -> None:  # noqa: B027 - DuckDB plans every statement
+        """Plan this transaction's statements for their actual parameters."""
 
     def lock_rows(self) -> str:
-        """Row locks on the checkpoints a statement reads (DuckDB: the whole file is the lock)."""
-        return "FOR UPDATE OF c" if self.pg else ""
+        """Row locks on the checkpoints a statement reads (none by default)."""
+        return ""
 
 
 def _lexicographic(names: Sequence[str], bound: Sequence[str], op: str) -> tuple[str, list[Any]]:

@@ -17,7 +17,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from tally_pipeline.store.fold_duckdb import FOLD_TABLE, INTERVALS_SELECT, STATE_SELECT
+from tally_pipeline.store.duckdb.fold import FOLD_TABLE, INTERVALS_SELECT, STATE_SELECT
 from tally_pipeline.store.projection_tables import INTERVAL_COLUMNS, KEY, STATE_COLUMNS, Key, StoredFold
 
 # The SQL fold sorts every history: above this it spills to disk instead of growing (a rebuild of

@@ -32,12 +32,9 @@ from tally_pipeline.store.base import (
 )
 from tally_pipeline.store.errors import Rule, map_exceptions
 from tally_pipeline.store.migrations import MIGRATIONS_TABLE, migrations_for
-
-_MIGRATION_LOCK = 0x7A11_0001  # advisory lock id: one migrator at a time
-
-# Ingest holds this advisory lock shared until commit; a projection refresh takes it exclusively for
-# an instant to learn a sequence value below which every event is committed.
-INGEST_LOCK = 0x7A11_0002
+from tally_pipeline.store.postgres.locks import INGEST_LOCK, MIGRATION_LOCK
+from tally_pipeline.store.postgres.projection import PostgresProjectionTables
+from tally_pipeline.store.postgres.usage_sql import PostgresUsageSQL
 
 _STAGE = """
 CREATE TEMP TABLE IF NOT EXISTS _ingest_stage (
@@ -311,6 +308,15 @@ class PostgresStore(Store):
         with self.connection() as conn:
             return conn.execute(sql, list(params) or None).fetchall()
 
+    def usage_sql(self) -> PostgresUsageSQL:
+        return PostgresUsageSQL()
+
+    def load_intervals(self, rows: Sequence[tuple[Any, ...]]) -> None:
+        # the high-water mark only bounds the projection's reads; the writer does not use it
+        self.run(lambda uow: PostgresProjectionTables(uow, high=0).replace([], [], rows))
+        # statistics for the statements that join the intervals next (a fresh table has none)
+        self.run(lambda uow: uow.execute("ANALYZE resource_intervals"))
+
     def applied_migrations(self) -> list[str]:
         with self.connection() as conn:
             conn.execute(MIGRATIONS_TABLE)
@@ -319,7 +325,7 @@ class PostgresStore(Store):
     def migrate(self) -> list[str]:
         applied: list[str] = []
         with self.connection() as conn, conn.transaction():
-            conn.execute("SELECT pg_advisory_xact_lock(%s)", (_MIGRATION_LOCK,))
+            conn.execute("SELECT pg_advisory_xact_lock(%s)", (MIGRATION_LOCK,))
             conn.execute(MIGRATIONS_TABLE)
             done = {row[0] for row in conn.execute("SELECT version FROM schema_migrations")}
             for migration in migrations_for(self.dialect):

@@ -1,6 +1,6 @@
 """The fold (``core/fold.py``) as one Postgres statement, for rebuilds and bulk refreshes.
 
-The same rule as ``fold_duckdb`` (a property test holds both equal to the Python fold), written
+The same rule as ``duckdb.fold`` (a property test holds both equal to the Python fold), written
 for what Postgres lacks: there is no ``last_value … IGNORE NULLS``, so "the last create/update that
 gave a project (size)" is a running ``max`` over values prefixed with the row's position in fold
 order (fixed-width, so text order is position order), and the prefix is cut off when read.

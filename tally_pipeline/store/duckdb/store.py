@@ -30,6 +30,8 @@ from tally_pipeline.store.base import (
     TransientConflict,
     UnitOfWork,
 )
+from tally_pipeline.store.duckdb.projection import DuckDBProjectionTables
+from tally_pipeline.store.duckdb.usage_sql import DuckDBUsageSQL
 from tally_pipeline.store.errors import Rule, map_exceptions
 from tally_pipeline.store.migrations import MIGRATIONS_TABLE, migrations_for
 
@@ -247,6 +249,12 @@ class DuckDBStore(Store):
     def query(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
         with self.connection() as con:
             return con.execute(_params(sql), list(params)).fetchall()
+
+    def usage_sql(self) -> DuckDBUsageSQL:
+        return DuckDBUsageSQL()
+
+    def load_intervals(self, rows: Sequence[tuple[Any, ...]]) -> None:
+        self.run(lambda uow: DuckDBProjectionTables(uow).replace([], [], rows))
 
     def applied_migrations(self) -> list[str]:
         with self.connection() as con:

@@ -1,0 +1,1 @@
+"""The DuckDB backend: the embedded default store, its projection tables and its SQL fold."""

@@ -1,0 +1,1 @@
+"""The Postgres backend: the production store, its projection tables and its SQL fold."""

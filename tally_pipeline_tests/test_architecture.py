@@ -102,12 +102,9 @@ def test_core_imports_only_core() -> None:
     assert {m: d for m, d in upward.items() if d} == {}
 
 
-#: Modules outside store/ whose strings hold SQL. store/ is where SQL lives; benchmarks, fakes and
-#: the collector's own buffer keep theirs. The poster keeps its statements until they move into the
-#: store; when they do, its entry goes.
+#: SQL lives in store/; benchmarks, fakes and the collector's own buffer keep theirs.
 _SQL = re.compile(r"\b(SELECT\s+.+\s+FROM|INSERT\s+INTO|UPDATE\s+\w+\s+SET|DELETE\s+FROM|CREATE\s+TABLE)\b", re.I | re.S)
 _SQL_HOMES = ("store", "bench", "fakes", "collector")
-_SQL_NOT_YET_MOVED = {"tally_pipeline.ledger.poster"}
 
 
 def _holds_sql(path: Path) -> bool:
@@ -119,7 +116,7 @@ def _holds_sql(path: Path) -> bool:
 def test_sql_lives_in_the_store() -> None:
     outside = {_module_name(p) for p in PACKAGE.rglob("*.py")
                if p.relative_to(PACKAGE).parts[0] not in _SQL_HOMES and _holds_sql(p)}
-    assert outside <= _SQL_NOT_YET_MOVED
+    assert not outside, outside
 
 
 def test_sql_finder_sees_sql(tmp_path: Path) -> None:

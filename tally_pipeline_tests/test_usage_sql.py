@@ -9,7 +9,6 @@ from hypothesis import strategies as st
 
 from tally_pipeline.core.usage import MAX_METER_VALUE
 from tally_pipeline.ledger.usage import cumulative_usage
-from tally_pipeline.store.usage_sql import UsageSQL
 from tally_pipeline_tests.ledger_data import T0, Row, insert, model_usage, quick_store, vm  # noqa: F401
 
 # every kind of value about equally likely, so each unusable kind shows up in most runs
@@ -87,4 +86,3 @@ def test_sql_reports_which_size_is_unusable(store, registry) -> None:
 def test_each_store_hands_out_the_usage_sql_of_its_dialect(quick_store) -> None:
     sql = quick_store.usage_sql()
     assert sql.dialect == quick_store.dialect
-    assert type(UsageSQL(quick_store.dialect)) is type(sql)  # how the poster still builds its own

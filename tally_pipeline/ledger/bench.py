@@ -106,7 +106,7 @@ def _run(
         "entities": made,
         "intervals": len(rows),
         "batch_size": batch_size,
-        "workers": workers if workers is not None else (DEFAULT_WORKERS if store.dialect == "postgres" else 1),
+        "workers": workers if workers is not None else (DEFAULT_WORKERS if store.parallel_writes else 1),
         "entities_per_s": round(rate, 1),
         "seconds": round(steady_s, 3),
         "entities_with_delta": len(steady.posted),

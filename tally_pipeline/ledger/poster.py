@@ -31,7 +31,7 @@ from collections.abc import Callable, Collection, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import ExitStack
 from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from decimal import Decimal
 from typing import Any
 
@@ -48,11 +48,12 @@ from tally_pipeline.core.ledger import (
 )
 from tally_pipeline.core.registry import Meter, SizeSchemaRegistry
 from tally_pipeline.core.timeutil import format_rfc3339
-from tally_pipeline.core.usage import epoch_us, to_units
+from tally_pipeline.core.usage import to_units
 from tally_pipeline.ledger.late import late_usage
-from tally_pipeline.store import ledger_late, ledger_records
-from tally_pipeline.store.usage_sql import EVALUATE_ONCE, Fragment, UsageSQL, compose, p
+from tally_pipeline.store import ledger_checkpoints, ledger_late, ledger_postings, ledger_records
 from tally_pipeline.store.base import Store, StoreError, UnitOfWork
+from tally_pipeline.store.usage_reads import batch_totals, begun_projects
+from tally_pipeline.store.usage_sql import Fragment, UsageSQL
 
 DEFAULT_BATCH_SIZE = 5000
 DEFAULT_WORKERS = 2
@@ -244,7 +245,7 @@ def post_usage(
 
     batches = [todo[start : start + batch_size] for start in range(0, len(todo), batch_size)]
     if workers is None:
-        workers = DEFAULT_WORKERS if store.dialect == "postgres" else 1
+        workers = DEFAULT_WORKERS if store.parallel_writes else 1
     for outcome in _post_batches(store, cycle, batches, workers):
         result.merge(outcome)
     _record(store, result)
@@ -292,7 +293,7 @@ def _prepare(
     on_stage: StageHook | None,
 ) -> _Cycle:
     meters = registry.meters()
-    sql = UsageSQL(store.dialect)
+    sql = store.usage_sql()
     return _Cycle(
         sql=sql,
         meters=sql.meters(meters),
@@ -303,47 +304,26 @@ def _prepare(
     )
 
 
-_LISTING = "SELECT cloud, project_id, meter, clamp FROM usage_checkpoints ORDER BY cloud, project_id, meter"
-
-
 def _entities(store: Store, cycle: _Cycle) -> list[tuple[str, str, str, datetime | None]]:
     """Every entity with its checkpoint's clamp, in key order; new entities get a checkpoint first."""
-    window = cycle.window
-    listing = store.query(_LISTING)
+    listing = ledger_checkpoints.listing(store)
     by_type: dict[str, list[str]] = {}
     for meter in cycle.by_name.values():
         by_type.setdefault(meter.resource_type, []).append(meter.name)
     known = {(cloud, project_id, meter) for cloud, project_id, meter, _ in listing}
-    seen = store.query(
-        "SELECT DISTINCT cloud, project_id, resource_type FROM resource_intervals WHERE start_at < %s",
-        [window.clamp],
-    )
     missing = sorted(
-        {(cloud, project_id, meter) for cloud, project_id, rtype in seen for meter in by_type.get(rtype, ())} - known
+        {(cloud, project_id, meter) for cloud, project_id, rtype in begun_projects(store, cycle.window.clamp)
+         for meter in by_type.get(rtype, ())} - known
     )
     if missing:
-        store.run(lambda uow: open_checkpoints(uow, cycle.sql, [EntityKey(*key) for key in missing]))
+        keys = [EntityKey(*key) for key in missing]
+        store.run(lambda uow: ledger_checkpoints.open_checkpoints(uow, cycle.sql, keys))
         if len(missing) >= max(1000, len(listing) // 10):
             # the batches plan their joins on the table's statistics; a table that just grew a lot
             # (the first cycle of all) has none worth the name, and Postgres would pick nested loops
             store.run(cycle.sql.refresh_statistics)
-        listing = store.query(_LISTING)
+        listing = ledger_checkpoints.listing(store)
     return listing
-
-
-def open_checkpoints(uow: UnitOfWork, sql: UsageSQL, keys: Sequence[EntityKey]) -> None:
-    """Give entities a checkpoint row (total 0, never posted); rows that exist are left alone.
-
-    Inserted in key order so that posters opening the same entities at once wait for each other
-    in the same order and never deadlock.
-    """
-    with ExitStack() as stack:
-        statement = compose(
-            "INSERT INTO usage_checkpoints (cloud, project_id, meter) SELECT k.cloud, k.project_id, k.meter FROM ",
-            _keys_relation(uow, stack, sql, keys),
-            " ORDER BY 1, 2, 3 ON CONFLICT DO NOTHING",
-        )
-        uow.execute(statement.sql, statement.params)
 
 
 def _run_isolating(store: Store, cycle: _Cycle, keys: list[EntityKey], number: int) -> list[BatchOutcome]:
@@ -374,7 +354,7 @@ def post_batch(uow: UnitOfWork, cycle: _Cycle, keys: Sequence[EntityKey], number
         # before the row locks (see store.ledger_late): the totals and the late usage below are
         # both read at this watermark, which the advanced checkpoints record
         watermark = ledger_late.pin_watermark(uow, sql.dialect)
-        checkpoints = _lock(uow, sql, keys)
+        checkpoints = ledger_checkpoints.lock_batch(uow, sql, keys)
         cycle.on_stage("batch_locked", {"batch": number, "entities": len(keys)})
 
         pending: list[tuple[EntityKey, Checkpoint]] = []
@@ -391,7 +371,7 @@ def post_batch(uow: UnitOfWork, cycle: _Cycle, keys: Sequence[EntityKey], number
             except NonMonotonicCheckpoint as exc:
                 outcome.skipped.append(SkippedEntity.of(key, f"non_monotonic: {exc}"))
 
-        totals, bad = _totals(uow, cycle, keys) if pending else ({}, {})
+        totals, bad = batch_totals(uow, sql, cycle.meters, window, keys) if pending else ({}, {})
         late = _late(uow, cycle, pending, watermark)
 
         postings: list[tuple[EntityKey, str, int]] = []
@@ -419,10 +399,10 @@ def post_batch(uow: UnitOfWork, cycle: _Cycle, keys: Sequence[EntityKey], number
         outcome.postings = len(postings)
 
         if postings:
-            _insert_postings(uow, stack, cycle, postings)
+            ledger_postings.insert_postings(uow, stack, sql, cycle.meters, window, cycle.cycle_id, postings)
         cycle.on_stage("batch_posted", {"batch": number, "entities": len(keys), "postings": len(postings)})
         if advanced:
-            _advance(uow, stack, cycle, advanced, watermark)
+            ledger_checkpoints.advance(uow, stack, sql, window, cycle.cycle_id, advanced, watermark)
     return outcome
 
 
@@ -447,182 +427,3 @@ def _late(
             out[key] = moved[key]
     return out
 
-
-def _keys_relation(uow: UnitOfWork, stack: ExitStack, sql: UsageSQL, keys: Sequence[EntityKey]) -> Fragment:
-    return sql.rows(
-        uow,
-        stack,
-        "k",
-        [("cloud", "text"), ("project_id", "text"), ("meter", "text")],
-        [[k.cloud for k in keys], [k.project_id for k in keys], [k.meter for k in keys]],
-    )
-
-
-def _range(sql: UsageSQL, keys: Sequence[EntityKey], *, exact: bool = True) -> Fragment:
-    """The batch as a run of checkpoint keys: a batch is a slice of the listing in key order."""
-    first, last = keys[0], keys[-1]
-    return sql.key_range(
-        (first.cloud, first.project_id, first.meter), (last.cloud, last.project_id, last.meter), exact=exact
-    )
-
-
-def _lock(uow: UnitOfWork, sql: UsageSQL, keys: Sequence[EntityKey]) -> dict[tuple[str, str, str], Checkpoint]:
-    """Read the checkpoints in the batch's key range; on Postgres row-lock them, in key order.
-
-    The range may hold entities that are not in the batch (opened since the listing, or filtered
-    out); they are locked and left alone.
-    """
-    statement = compose(
-        "SELECT c.cloud, c.project_id, c.meter, ",
-        sql.amount_to_micro("c.total"),
-        ", c.clamp, c.aged_boundary, ",
-        sql.amount_to_micro("c.aged_before"),
-        ", c.watermark FROM usage_checkpoints c WHERE TRUE",
-        _range(sql, keys),
-        " ORDER BY c.cloud, c.project_id, c.meter ",
-        sql.lock_rows(),
-    )
-    # keyed by plain (cloud, project_id, meter) tuples: an EntityKey is a tuple, so it finds them
-    return {
-        (cloud, project_id, meter): Checkpoint(int(total), clamp, boundary, int(before), watermark)
-        for cloud, project_id, meter, total, clamp, boundary, before, watermark
-        in uow.fetchall(statement.sql, statement.params)
-    }
-
-
-def _totals(
-    uow: UnitOfWork, cycle: _Cycle, keys: Sequence[EntityKey]
-) -> tuple[dict[tuple[str, str, str], EntityTotals], dict[tuple[str, str, str], tuple[int, str]]]:
-    """Per entity in the batch's range: usage through the clamp, its split boundary, the new boundary.
-
-    The split boundary is ``core.ledger.split_boundary`` in SQL: the checkpoint's aged_boundary,
-    or this cycle's for a checkpoint never posted. Entities with no interval begun before the
-    clamp get no row (their totals are zero). An interval with an unusable size adds nothing (its
-    value is NULL, which ``sum`` leaves out); its entity is also returned apart, with the number of
-    such intervals and one of them named.
-    """
-    sql, window = cycle.sql, cycle.window
-    boundary_us = epoch_us(window.boundary)
-    statement = compose(
-        "SELECT x.cloud, x.project_id, x.meter, sum(",
-        sql.usage("x.xc"),
-        "), sum(",
-        sql.usage("x.b"),
-        "), sum(",
-        sql.usage("x.xb"),
-        "), count(*) - count(x.v), min(CASE WHEN x.v IS NULL THEN ",
-        sql.bad_value(),
-        " END) FROM (SELECT c.cloud, c.project_id, c.meter, coalesce(",
-        sql.us("c.aged_boundary"),
-        ", ",
-        sql.bigint(boundary_us),
-        ") AS b, ",
-        sql.bigint(epoch_us(window.clamp)),
-        " AS xc, ",
-        sql.bigint(boundary_us),
-        " AS xb, ",
-        sql.interval_columns(),
-        " FROM usage_checkpoints c JOIN ",
-        cycle.meters,
-        " ON m.meter = c.meter JOIN resource_intervals i ON i.cloud = c.cloud"
-        " AND i.project_id = c.project_id AND i.resource_type = m.resource_type WHERE i.start_at < ",
-        p(window.clamp),
-        _range(sql, keys, exact=False),
-        # the same run of keys on the intervals' (cloud, project_id) index: a range scan of the
-        # batch's projects, not a scan of every interval per batch
-        sql.key_range(
-            (keys[0].cloud, keys[0].project_id), (keys[-1].cloud, keys[-1].project_id), "i",
-            exact=False, columns=("cloud", "project_id"),
-        ),
-        EVALUATE_ONCE,
-        ") x GROUP BY x.cloud, x.project_id, x.meter",
-    )
-    totals: dict[tuple[str, str, str], EntityTotals] = {}
-    bad: dict[tuple[str, str, str], tuple[int, str]] = {}
-    for cloud, project_id, meter, at_clamp, at_split, at_boundary, n_bad, example in uow.fetchall(
-        statement.sql, statement.params
-    ):
-        key = (cloud, project_id, meter)  # finds, and is found by, an equal EntityKey
-        if n_bad:
-            bad[key] = (int(n_bad), str(example))
-        # every interval unusable: the sums are NULL, the entity's usage is zero
-        totals[key] = EntityTotals(int(at_clamp or 0), int(at_split or 0), int(at_boundary or 0))
-    return totals, bad
-
-
-def _insert_postings(
-    uow: UnitOfWork, stack: ExitStack, cycle: _Cycle, postings: Sequence[tuple[EntityKey, str, int]]
-) -> None:
-    sql = cycle.sql
-    rows = sql.rows(
-        uow,
-        stack,
-        "r",
-        [("cloud", "text"), ("project_id", "text"), ("meter", "text"), ("account", "text"), ("amount", "micro")],
-        [
-            [k.cloud for k, _, _ in postings],
-            [k.project_id for k, _, _ in postings],
-            [k.meter for k, _, _ in postings],
-            [account for _, account, _ in postings],
-            [str(amount) for _, _, amount in postings],
-        ],
-    )
-    statement = compose(
-        "INSERT INTO ledger_postings (cloud, project_id, meter, clamp, account, amount, unit, window_start,"
-        " cycle_id, posted_at) SELECT r.cloud, r.project_id, r.meter, ",
-        p(cycle.window.clamp),
-        ", r.account, ",
-        sql.micro_to_amount("r.amount"),
-        ", m.unit, ",
-        p(cycle.window.window_start),
-        ", ",
-        p(cycle.cycle_id),
-        ", ",
-        p(datetime.now(UTC)),
-        " FROM ",
-        rows,
-        " JOIN ",
-        cycle.meters,
-        " ON m.meter = r.meter",
-    )
-    uow.execute(statement.sql, statement.params)
-
-
-def _advance(
-    uow: UnitOfWork, stack: ExitStack, cycle: _Cycle, advanced: Sequence[tuple[EntityKey, Checkpoint]], watermark: int
-) -> None:
-    sql = cycle.sql
-    rows = sql.rows(
-        uow,
-        stack,
-        "r",
-        [("cloud", "text"), ("project_id", "text"), ("meter", "text"), ("total", "micro"), ("aged_before", "micro")],
-        [
-            [k.cloud for k, _ in advanced],
-            [k.project_id for k, _ in advanced],
-            [k.meter for k, _ in advanced],
-            [str(c.total) for _, c in advanced],
-            [str(c.aged_before) for _, c in advanced],
-        ],
-    )
-    statement = compose(
-        "UPDATE usage_checkpoints AS c SET total = ",
-        sql.micro_to_amount("r.total"),
-        ", clamp = ",
-        p(cycle.window.clamp),
-        ", aged_boundary = ",
-        p(cycle.window.boundary),
-        ", aged_before = ",
-        sql.micro_to_amount("r.aged_before"),
-        ", watermark = ",
-        p(watermark),
-        ", cycle_id = ",
-        p(cycle.cycle_id),
-        ", updated_at = ",
-        p(datetime.now(UTC)),
-        " FROM ",
-        rows,
-        " WHERE c.cloud = r.cloud AND c.project_id = r.project_id AND c.meter = r.meter",
-        _range(sql, [key for key, _ in advanced], exact=False),
-    )
-    uow.execute(statement.sql, statement.params)

@@ -164,6 +164,9 @@ class Store(abc.ABC):
     #: Whether the ingest core hands a batch's events to ``UnitOfWork.insert_event_stream`` while it
     #: is still validating the batch, rather than validating first and calling ``insert_events``.
     streams_events: bool = False
+    #: Whether transactions that write disjoint rows run at once (Postgres) or one after another
+    #: (DuckDB admits one writer): the poster posts batches in parallel only where they do.
+    parallel_writes: bool = False
 
     @abc.abstractmethod
     @contextmanager

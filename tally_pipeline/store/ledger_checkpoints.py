@@ -1,18 +1,22 @@
-"""Reads of ``usage_checkpoints`` held against the postings and the intervals (the audit, the benchmark).
+"""``usage_checkpoints``: the poster's statements on it (the only writer), and the reads that hold
+it against the postings and the intervals (the audit, the benchmark).
 
-The poster writes the checkpoints (``ledger.poster``, until its statements move into the store).
+``ledger.poster`` decides what to post; the statements here run inside its transactions. A batch is
+a run of the listing in key order, so its statements address it as a key range.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from contextlib import ExitStack
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime
 from decimal import Decimal
 
+from tally_pipeline.core.ledger import Checkpoint, CycleWindow, EntityKey
 from tally_pipeline.core.registry import Meter
 from tally_pipeline.store.base import Store, UnitOfWork
-from tally_pipeline.store.usage_sql import EVALUATE_ONCE, UsageSQL, compose
+from tally_pipeline.store.usage_sql import EVALUATE_ONCE, Fragment, UsageSQL, compose, p
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,3 +89,117 @@ def posted_count(uow: UnitOfWork) -> int:
 def entity_keys(store: Store) -> list[tuple[str, str, str]]:
     """Every checkpointed (cloud, project_id, meter), in key order."""
     return [(c, p, m) for c, p, m in store.query("SELECT cloud, project_id, meter FROM usage_checkpoints ORDER BY 1, 2, 3")]
+
+
+# -- the poster's statements ---------------------------------------------------------------------
+
+_LISTING = "SELECT cloud, project_id, meter, clamp FROM usage_checkpoints ORDER BY cloud, project_id, meter"
+
+
+def listing(store: Store) -> list[tuple[str, str, str, datetime | None]]:
+    """Every checkpoint's key and clamp (None: never posted), in key order."""
+    return store.query(_LISTING)
+
+
+def open_checkpoints(uow: UnitOfWork, sql: UsageSQL, keys: Sequence[EntityKey]) -> None:
+    """Give entities a checkpoint row (total 0, never posted); rows that exist are left alone.
+
+    Inserted in key order so that posters opening the same entities at once wait for each other
+    in the same order and never deadlock.
+    """
+    with ExitStack() as stack:
+        statement = compose(
+            "INSERT INTO usage_checkpoints (cloud, project_id, meter) SELECT k.cloud, k.project_id, k.meter FROM ",
+            _keys_relation(uow, stack, sql, keys),
+            " ORDER BY 1, 2, 3 ON CONFLICT DO NOTHING",
+        )
+        uow.execute(statement.sql, statement.params)
+
+
+def _keys_relation(uow: UnitOfWork, stack: ExitStack, sql: UsageSQL, keys: Sequence[EntityKey]) -> Fragment:
+    return sql.rows(
+        uow,
+        stack,
+        "k",
+        [("cloud", "text"), ("project_id", "text"), ("meter", "text")],
+        [[k.cloud for k in keys], [k.project_id for k in keys], [k.meter for k in keys]],
+    )
+
+
+def batch_range(sql: UsageSQL, keys: Sequence[EntityKey], *, exact: bool = True) -> Fragment:
+    """The batch as a run of checkpoint keys: a batch is a slice of the listing in key order."""
+    first, last = keys[0], keys[-1]
+    return sql.key_range(
+        (first.cloud, first.project_id, first.meter), (last.cloud, last.project_id, last.meter), exact=exact
+    )
+
+
+def lock_batch(uow: UnitOfWork, sql: UsageSQL, keys: Sequence[EntityKey]) -> dict[tuple[str, str, str], Checkpoint]:
+    """Read the checkpoints in the batch's key range; on Postgres row-lock them, in key order.
+
+    The range may hold entities that are not in the batch (opened since the listing, or filtered
+    out); they are locked and left alone.
+    """
+    statement = compose(
+        "SELECT c.cloud, c.project_id, c.meter, ",
+        sql.amount_to_micro("c.total"),
+        ", c.clamp, c.aged_boundary, ",
+        sql.amount_to_micro("c.aged_before"),
+        ", c.watermark FROM usage_checkpoints c WHERE TRUE",
+        batch_range(sql, keys),
+        " ORDER BY c.cloud, c.project_id, c.meter ",
+        sql.lock_rows(),
+    )
+    # keyed by plain (cloud, project_id, meter) tuples: an EntityKey is a tuple, so it finds them
+    return {
+        (cloud, project_id, meter): Checkpoint(int(total), clamp, boundary, int(before), watermark)
+        for cloud, project_id, meter, total, clamp, boundary, before, watermark
+        in uow.fetchall(statement.sql, statement.params)
+    }
+
+
+def advance(
+    uow: UnitOfWork,
+    stack: ExitStack,
+    sql: UsageSQL,
+    window: CycleWindow,
+    cycle_id: str,
+    advanced: Sequence[tuple[EntityKey, Checkpoint]],
+    watermark: int,
+) -> None:
+    """Move the batch's checkpoints to this cycle: its clamp and boundary, their new totals, and the
+    projection watermark the totals were read at."""
+    rows = sql.rows(
+        uow,
+        stack,
+        "r",
+        [("cloud", "text"), ("project_id", "text"), ("meter", "text"), ("total", "micro"), ("aged_before", "micro")],
+        [
+            [k.cloud for k, _ in advanced],
+            [k.project_id for k, _ in advanced],
+            [k.meter for k, _ in advanced],
+            [str(c.total) for _, c in advanced],
+            [str(c.aged_before) for _, c in advanced],
+        ],
+    )
+    statement = compose(
+        "UPDATE usage_checkpoints AS c SET total = ",
+        sql.micro_to_amount("r.total"),
+        ", clamp = ",
+        p(window.clamp),
+        ", aged_boundary = ",
+        p(window.boundary),
+        ", aged_before = ",
+        sql.micro_to_amount("r.aged_before"),
+        ", watermark = ",
+        p(watermark),
+        ", cycle_id = ",
+        p(cycle_id),
+        ", updated_at = ",
+        p(datetime.now(UTC)),
+        " FROM ",
+        rows,
+        " WHERE c.cloud = r.cloud AND c.project_id = r.project_id AND c.meter = r.meter",
+        batch_range(sql, [key for key, _ in advanced], exact=False),
+    )
+    uow.execute(statement.sql, statement.params)

@@ -6,10 +6,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 
+from tally_pipeline.core.ledger import CycleWindow, EntityKey, EntityTotals
 from tally_pipeline.core.registry import Meter
 from tally_pipeline.core.usage import epoch_us
-from tally_pipeline.store.base import Store
-from tally_pipeline.store.usage_sql import EVALUATE_ONCE, compose, p
+from tally_pipeline.store.base import Store, UnitOfWork
+from tally_pipeline.store.ledger_checkpoints import batch_range
+from tally_pipeline.store.usage_sql import EVALUATE_ONCE, Fragment, UsageSQL, compose, p
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,3 +49,70 @@ def cumulative_usage(store: Store, meters: Sequence[Meter], through: datetime) -
         EntityUsage(cloud, project_id, meter, int(micro or 0), int(n_bad or 0), None if example is None else str(example))
         for cloud, project_id, meter, micro, n_bad, example in store.query(statement.sql, statement.params)
     ]
+
+
+def begun_projects(store: Store, before: datetime) -> list[tuple[str, str, str]]:
+    """``(cloud, project_id, resource_type)`` of every interval begun before ``before``: the
+    entities a cycle at that clamp must have a checkpoint for."""
+    return store.query(
+        "SELECT DISTINCT cloud, project_id, resource_type FROM resource_intervals WHERE start_at < %s", [before]
+    )
+
+
+def batch_totals(
+    uow: UnitOfWork, sql: UsageSQL, meters: Fragment, window: CycleWindow, keys: Sequence[EntityKey]
+) -> tuple[dict[tuple[str, str, str], EntityTotals], dict[tuple[str, str, str], tuple[int, str]]]:
+    """Per entity in the batch's range: usage through the clamp, its split boundary, the new boundary.
+
+    The split boundary is ``core.ledger.split_boundary`` in SQL: the checkpoint's aged_boundary,
+    or this cycle's for a checkpoint never posted. Entities with no interval begun before the
+    clamp get no row (their totals are zero). An interval with an unusable size adds nothing (its
+    value is NULL, which ``sum`` leaves out); its entity is also returned apart, with the number of
+    such intervals and one of them named.
+    """
+    boundary_us = epoch_us(window.boundary)
+    statement = compose(
+        "SELECT x.cloud, x.project_id, x.meter, sum(",
+        sql.usage("x.xc"),
+        "), sum(",
+        sql.usage("x.b"),
+        "), sum(",
+        sql.usage("x.xb"),
+        "), count(*) - count(x.v), min(CASE WHEN x.v IS NULL THEN ",
+        sql.bad_value(),
+        " END) FROM (SELECT c.cloud, c.project_id, c.meter, coalesce(",
+        sql.us("c.aged_boundary"),
+        ", ",
+        sql.bigint(boundary_us),
+        ") AS b, ",
+        sql.bigint(epoch_us(window.clamp)),
+        " AS xc, ",
+        sql.bigint(boundary_us),
+        " AS xb, ",
+        sql.interval_columns(),
+        " FROM usage_checkpoints c JOIN ",
+        meters,
+        " ON m.meter = c.meter JOIN resource_intervals i ON i.cloud = c.cloud"
+        " AND i.project_id = c.project_id AND i.resource_type = m.resource_type WHERE i.start_at < ",
+        p(window.clamp),
+        batch_range(sql, keys, exact=False),
+        # the same run of keys on the intervals' (cloud, project_id) index: a range scan of the
+        # batch's projects, not a scan of every interval per batch
+        sql.key_range(
+            (keys[0].cloud, keys[0].project_id), (keys[-1].cloud, keys[-1].project_id), "i",
+            exact=False, columns=("cloud", "project_id"),
+        ),
+        EVALUATE_ONCE,
+        ") x GROUP BY x.cloud, x.project_id, x.meter",
+    )
+    totals: dict[tuple[str, str, str], EntityTotals] = {}
+    bad: dict[tuple[str, str, str], tuple[int, str]] = {}
+    for cloud, project_id, meter, at_clamp, at_split, at_boundary, n_bad, example in uow.fetchall(
+        statement.sql, statement.params
+    ):
+        key = (cloud, project_id, meter)  # finds, and is found by, an equal EntityKey
+        if n_bad:
+            bad[key] = (int(n_bad), str(example))
+        # every interval unusable: the sums are NULL, the entity's usage is zero
+        totals[key] = EntityTotals(int(at_clamp or 0), int(at_split or 0), int(at_boundary or 0))
+    return totals, bad

@@ -38,26 +38,6 @@ class UsageSQL(abc.ABC):
     """SQL fragments for one dialect: what both share here, what differs in the subclasses."""
 
     dialect: ClassVar[Dialect]
-    _by_dialect: ClassVar[dict[str, type[UsageSQL]]] = {}
-
-    def __init_subclass__(cls, **kwargs: Any) -> None:
-        super().__init_subclass__(**kwargs)
-        UsageSQL._by_dialect[cls.dialect] = cls
-
-    def __new__(cls, dialect: Dialect | None = None) -> UsageSQL:
-        """``UsageSQL(dialect)`` is the subclass for ``dialect`` (its backend's store module loaded it).
-
-        Only the poster builds its SQL this way, until its statements move into the store; the
-        rest asks ``store.usage_sql()``.
-        """
-        if cls is UsageSQL:
-            if dialect not in UsageSQL._by_dialect:
-                raise ValueError(f"no usage SQL loaded for dialect {dialect!r}: open a store of that dialect")
-            cls = UsageSQL._by_dialect[dialect]
-        return super().__new__(cls)
-
-    def __init__(self, dialect: Dialect | None = None) -> None:
-        """Stateless: ``dialect`` is only there for ``__new__``."""
 
     # -- instants ---------------------------------------------------------------------------
 

@@ -260,6 +260,7 @@ class PostgresUnitOfWork(UnitOfWork):
 class PostgresStore(Store):
     dialect = "postgres"
     streams_events = True
+    parallel_writes = True
 
     def __init__(
         self,

@@ -15,7 +15,7 @@ from tally_pipeline.adapters.base import list_type
 from tally_pipeline.adapters.openstack import OpenStackAdapter
 from tally_pipeline.config import OpenStackCloud, load_config
 from tally_pipeline.fakes.openstack_json import volume_type_id
-from tally_pipeline_tests.openstack_cloud import (
+from tally_pipeline_tests.adapters.openstack_cloud import (
     LARGE,
     NOW,
     RECORDS,

@@ -18,7 +18,7 @@ from tally_pipeline.adapters.openstack import _confirmation
 from tally_pipeline.fakes import openstack_json as render
 from tally_pipeline.sim.platform import PlatformRecord
 
-SAMPLES = Path(__file__).parent / "fixtures" / "openstack" / "api"
+SAMPLES = Path(__file__).parents[1] / "fixtures" / "openstack" / "api"
 AT = datetime(2026, 1, 1, 8, 30, 15, 123456, tzinfo=UTC)
 
 

@@ -14,7 +14,7 @@ from tally_pipeline.ingest import Ingestor
 from tally_pipeline.schemas import default_registry
 from tally_pipeline.store import open_store
 from tally_pipeline.sync import run_sync, sync_runs
-from tally_pipeline_tests.openstack_cloud import NOW, SDK_NOISE, SMALL, T0, config, record, running_fake
+from tally_pipeline_tests.adapters.openstack_cloud import NOW, SDK_NOISE, SMALL, T0, config, record, running_fake
 
 pytestmark = SDK_NOISE
 CLOUD = "os"
@@ -167,7 +167,7 @@ def test_the_guard_holds_before_anything_is_asked(store) -> None:
 
 
 def test_a_server_waiting_in_verify_resize_is_billed_on_its_new_flavor(store) -> None:
-    from tally_pipeline_tests.openstack_cloud import LARGE
+    from tally_pipeline_tests.adapters.openstack_cloud import LARGE
 
     before = server("srv-resized", minute=1)
     known(store, before)

@@ -11,7 +11,7 @@ import pytest
 
 from tally_pipeline.adapters.openstack import OpenStackAdapter
 from tally_pipeline.fakes.static_view import StaticView
-from tally_pipeline_tests.openstack_cloud import (
+from tally_pipeline_tests.adapters.openstack_cloud import (
     NOW,
     RECORDS,
     SDK_NOISE,

@@ -11,7 +11,7 @@ from tally_pipeline.adapters.simulated import SimulatedAdapter
 from tally_pipeline.config import SimulatedCloud
 from tally_pipeline.fakes.openstack import FakeOpenStack
 from tally_pipeline.sim import simulate_cloud
-from tally_pipeline_tests.openstack_cloud import SDK_NOISE, TYPES, config, enumerated
+from tally_pipeline_tests.adapters.openstack_cloud import SDK_NOISE, TYPES, config, enumerated
 
 pytestmark = SDK_NOISE
 

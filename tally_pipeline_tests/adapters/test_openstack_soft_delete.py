@@ -17,7 +17,7 @@ from tally_pipeline.ingest import Ingestor
 from tally_pipeline.schemas import default_registry
 from tally_pipeline.store import open_store
 from tally_pipeline.sync import run_sync
-from tally_pipeline_tests.openstack_cloud import NOW, SDK_NOISE, SMALL, T0, config, record, running_fake
+from tally_pipeline_tests.adapters.openstack_cloud import NOW, SDK_NOISE, SMALL, T0, config, record, running_fake
 
 pytestmark = SDK_NOISE
 CLOUD = "os"

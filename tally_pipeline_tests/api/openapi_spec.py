@@ -14,7 +14,7 @@ import yaml
 from referencing import Registry, Resource
 from referencing.jsonschema import DRAFT202012
 
-SPEC_PATH = Path(__file__).resolve().parents[1] / "docs" / "openapi.yaml"
+SPEC_PATH = Path(__file__).resolve().parents[2] / "docs" / "openapi.yaml"
 SPEC_URI = "urn:tally:openapi"
 METHODS = ("get", "put", "post", "delete", "patch", "head", "options")
 

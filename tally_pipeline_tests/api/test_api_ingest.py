@@ -14,7 +14,7 @@ from tally_pipeline.api.app import ApiContext, create_app
 from tally_pipeline.api.auth import TokenBook
 from tally_pipeline.ingest import Ingestor
 from tally_pipeline_tests.events import event
-from tally_pipeline_tests.servers import serve_in_thread
+from tally_pipeline_tests.api.servers import serve_in_thread
 
 WRITER = "writer-token-0123456789"
 READER = "reader-token-0123456789"

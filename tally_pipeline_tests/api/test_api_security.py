@@ -22,7 +22,7 @@ from tally_pipeline.store import RejectedRow, Store, open_store
 from tally_pipeline_tests.api_setup import ALL, SIM_CLOUD, TOKENS, bearer, build_api
 from tally_pipeline_tests.api_setup import memory_or_postgres_store  # noqa: F401 - provides "store" here
 from tally_pipeline_tests.collector_api import volume_event
-from tally_pipeline_tests.openapi_spec import app_operations, check_answer, required_scopes, spec
+from tally_pipeline_tests.api.openapi_spec import app_operations, check_answer, required_scopes, spec
 
 PLAIN = "plain-secret-0123456789abcdef"
 HASHED = "hashed-secret-0123456789abcdef"

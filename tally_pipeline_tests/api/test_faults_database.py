@@ -34,7 +34,7 @@ from tally_pipeline_tests.faults import (
     tokens_file,
     wait_for_blocked,
 )
-from tally_pipeline_tests.private_postgres import PrivatePostgres
+from tally_pipeline_tests.api.private_postgres import PrivatePostgres
 
 def post(base: str, batch: list[dict[str, Any]]) -> httpx.Response:
     return httpx.post(f"{base}/v1/events", json={"events": batch}, headers={"Authorization": f"Bearer {TOKEN}"},

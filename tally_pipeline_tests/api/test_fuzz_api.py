@@ -21,7 +21,7 @@ from tally_pipeline_tests.api_setup import build_api
 from tally_pipeline_tests.api_setup import memory_or_postgres_store  # noqa: F401 - provides "store" here
 from tally_pipeline_tests.collector_api import volume_event
 from tally_pipeline_tests.hostile import batches, json_values, odd_text, to_body
-from tally_pipeline_tests.openapi_spec import check_answer
+from tally_pipeline_tests.api.openapi_spec import check_answer
 
 _run = itertools.count()
 FUZZ = settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])

@@ -16,7 +16,7 @@ from tally_pipeline.fakes.static_view import StaticView
 from tally_pipeline.sync import run_sync
 from tally_pipeline_tests.events import event
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 ALERTS = ("TallyCloudEventsSilent", "TallySyncErrors", "TallySyncStale", "TallyReconciliationDriftHigh",
           "TallyLedgerEntitiesSkipped")
 SAMPLE = re.compile(r'^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{[^}]*\})? (-?[0-9.e+]+|NaN)$')

@@ -13,8 +13,8 @@ import pytest
 
 from tally_pipeline.bench.common import free_port
 
-from .events import event
-from .faults import TOKEN, migrate, tokens_file, wait_until
+from ..events import event
+from ..faults import TOKEN, migrate, tokens_file, wait_until
 
 EVENTS, BATCH, ROUND, MAX_ROUNDS = 1000, 20, 10, 40
 

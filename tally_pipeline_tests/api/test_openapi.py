@@ -20,7 +20,7 @@ from tally_pipeline.store.postgres_store import PostgresStore
 from tally_pipeline_tests.api_setup import ALL, SIM_CLOUD, bearer, build_api, closed_port, token_for
 from tally_pipeline_tests.api_setup import memory_or_postgres_store  # noqa: F401 - provides "store" here
 from tally_pipeline_tests.collector_api import volume_event
-from tally_pipeline_tests.openapi_spec import (
+from tally_pipeline_tests.api.openapi_spec import (
     SPEC_PATH,
     Answer,
     app_operations,

@@ -12,7 +12,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-SAMPLES = Path(__file__).parent / "fixtures" / "openstack" / "notifications"
+SAMPLES = Path(__file__).parents[1] / "fixtures" / "openstack" / "notifications"
 
 
 def sample(relative: str) -> dict[str, Any]:

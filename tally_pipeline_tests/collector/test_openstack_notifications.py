@@ -23,7 +23,7 @@ from tally_pipeline.collector.openstack_nova import ACTIONS, LEGACY_TYPES, VERSI
 from tally_pipeline.core.envelope import EventRecord, validate_event
 from tally_pipeline.core.verbs import verb_of
 from tally_pipeline.schemas import default_registry
-from tally_pipeline_tests.openstack_samples import SAMPLES, sample, versioned_sample
+from tally_pipeline_tests.collector.openstack_samples import SAMPLES, sample, versioned_sample
 
 PROJECT = "6d2bb2ba2f2d4f0c9e3b1d5c0a7e8f90"
 FIP = "2a4c6e8f-1b3d-4f5a-9c7e-0d2f4a6b8c1e"
@@ -448,7 +448,7 @@ def test_the_docs_mapping_table_names_every_mapped_type() -> None:
     """docs/openstack.md's event mapping table is the operator's reference: it must list each type we map."""
     from tally_pipeline.collector.openstack import _MAPPINGS
 
-    docs = (Path(__file__).parents[1] / "docs" / "openstack.md").read_text()
+    docs = (Path(__file__).parents[2] / "docs" / "openstack.md").read_text()
     table = docs.split("### Event mapping", 1)[1].split("###", 1)[0]
     for event_type in [*LEGACY_TYPES, *VERSIONED_TYPES, *_MAPPINGS]:
         assert f"`{event_type}`" in table, event_type

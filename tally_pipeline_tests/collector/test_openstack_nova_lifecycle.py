@@ -25,7 +25,7 @@ from tally_pipeline import projection, queries
 from tally_pipeline.collector.openstack import Unmapped, map_notifications
 from tally_pipeline.ingest import Ingestor
 from tally_pipeline.ledger.usage import cumulative_usage
-from tally_pipeline_tests.openstack_samples import sample, versioned_sample
+from tally_pipeline_tests.collector.openstack_samples import sample, versioned_sample
 
 CLOUD = "region-one"
 SERVER = "3f0c6a1e-8d2b-4c5a-9e7f-1a2b3c4d5e6f"

@@ -19,7 +19,7 @@ from tally_pipeline.core.timeutil import parse_rfc3339
 from tally_pipeline.schemas import default_registry
 from tally_pipeline_tests.events import SIZES
 from tally_pipeline_tests.hostile import almost_events, json_values, odd_text
-from tally_pipeline_tests.test_timeutil import timestamps
+from tally_pipeline_tests.core.test_timeutil import timestamps
 
 REGISTRY = default_registry()
 

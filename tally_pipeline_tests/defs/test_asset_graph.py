@@ -2,7 +2,7 @@
 partitions, and the jobs, schedules and sensors with their default status.
 
 A restructuring of defs/ must leave this unchanged (the webserver test and the runbooks name these).
-A deliberate change rewrites the snapshot: ``TALLY_UPDATE_SNAPSHOT=1 pytest tally_pipeline_tests/test_asset_graph.py``,
+A deliberate change rewrites the snapshot: ``TALLY_UPDATE_SNAPSHOT=1 pytest tally_pipeline_tests/defs/test_asset_graph.py``,
 and the diff of ``snapshots/asset_graph.json`` shows it in review. Building the definitions runs nothing.
 """
 
@@ -17,7 +17,7 @@ import dagster as dg
 
 from tally_pipeline.definitions import build_definitions
 
-SNAPSHOT = Path(__file__).parent / "snapshots" / "asset_graph.json"
+SNAPSHOT = Path(__file__).parents[1] / "snapshots" / "asset_graph.json"
 
 
 def _condition(condition: dg.AutomationCondition | None) -> str | None:

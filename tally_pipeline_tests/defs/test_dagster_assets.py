@@ -468,7 +468,7 @@ def test_the_shipped_instance_holds_one_run_per_cloud(tmp_path) -> None:
     import shutil
     from pathlib import Path
 
-    shutil.copy(Path(__file__).resolve().parents[1] / "deploy" / "embedded" / "dagster.yaml", tmp_path / "dagster.yaml")
+    shutil.copy(Path(__file__).resolve().parents[2] / "deploy" / "embedded" / "dagster.yaml", tmp_path / "dagster.yaml")
     with dg.DagsterInstance.from_config(str(tmp_path)) as instance:
         limits = instance.get_concurrency_config().run_queue_config.tag_concurrency_limits
     per_value = {limit["key"]: limit["limit"] for limit in limits if limit["value"] == {"applyLimitPerUniqueValue": True}}

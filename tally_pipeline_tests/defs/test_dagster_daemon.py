@@ -19,7 +19,7 @@ import pytest
 from tally_pipeline.ingest import Ingestor
 from tally_pipeline.runtime import Runtime
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 AUTOMATION_RUN_DONE = re.compile(r"__ASSET_JOB - ([0-9a-f-]{36}) - .*RUN_SUCCESS")
 
 

@@ -13,7 +13,7 @@ import pytest
 
 from tally_pipeline.bench.common import free_port
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 QUERY = """
 {

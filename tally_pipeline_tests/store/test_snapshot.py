@@ -19,7 +19,7 @@ from tally_pipeline.schemas import default_registry
 from tally_pipeline.store import StoreError, open_store
 from tally_pipeline.store.snapshot import SNAPSHOT_TABLES, write_snapshot
 
-from .events import event
+from ..events import event
 
 
 def _fill(url: str, n: int) -> None:

@@ -17,9 +17,9 @@ from hypothesis import strategies as st
 from tally_pipeline.core.envelope import EventRecord, validate_event, validate_event_reference
 from tally_pipeline.core.timeutil import parse_rfc3339
 from tally_pipeline.schemas import default_registry
+from tally_pipeline_tests.core.test_timeutil import timestamps
 from tally_pipeline_tests.events import SIZES
 from tally_pipeline_tests.hostile import almost_events, json_values, odd_text
-from tally_pipeline_tests.core.test_timeutil import timestamps
 
 REGISTRY = default_registry()
 

@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 from tally_pipeline.core.ledger import Checkpoint, CycleWindow, EntityKey, EntityTotals, plan_delta, split_boundary
 from tally_pipeline.ledger.poster import post_usage
 from tally_pipeline.ledger.verify import verify
-from tally_pipeline_tests.ledger_data import (  # noqa: F401 - quick_store is a fixture
+from tally_pipeline_tests.ledger_data import (
     HOUR,
     T0,
     Row,
@@ -25,7 +25,6 @@ from tally_pipeline_tests.ledger_data import (  # noqa: F401 - quick_store is a 
     insert,
     model_usage,
     postings,
-    quick_store,
     replace_row,
     vm,
 )

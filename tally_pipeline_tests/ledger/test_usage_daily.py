@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from tally_pipeline.core.ledger import EntityKey
 from tally_pipeline.core.usage import to_micro
 from tally_pipeline.ledger.daily import day_start, recompute_usage_daily
-from tally_pipeline_tests.ledger_data import DAY, HOUR, T0, Row, insert, model_usage, quick_store, vm  # noqa: F401
+from tally_pipeline_tests.ledger_data import DAY, HOUR, T0, Row, insert, model_usage, vm
 
 
 def daily(store) -> dict[tuple[EntityKey, date], int]:

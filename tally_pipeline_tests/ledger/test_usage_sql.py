@@ -9,7 +9,7 @@ from hypothesis import strategies as st
 
 from tally_pipeline.core.usage import MAX_METER_VALUE
 from tally_pipeline.ledger.usage import cumulative_usage
-from tally_pipeline_tests.ledger_data import T0, Row, insert, model_usage, quick_store, vm  # noqa: F401
+from tally_pipeline_tests.ledger_data import T0, Row, insert, model_usage, vm
 
 # every kind of value about equally likely, so each unusable kind shows up in most runs
 value = st.one_of(

@@ -14,7 +14,6 @@ from tally_pipeline.api.app import ApiContext, create_app
 from tally_pipeline.api.auth import TokenBook
 from tally_pipeline.ingest import Ingestor
 from tally_pipeline_tests.events import event
-from tally_pipeline_tests.api.servers import serve_in_thread
 
 WRITER = "writer-token-0123456789"
 READER = "reader-token-0123456789"
@@ -199,10 +198,10 @@ def test_health(client) -> None:
     assert response.status_code == 200 and response.json()["status"] == "ok"
 
 
-def test_over_a_real_socket(ctx, store) -> None:
+def test_over_a_real_socket(ctx, store, serve_app) -> None:
     """uvicorn on a free port, a real client: gzip-free JSON, chunked upload, concurrent batches."""
     app = create_app(ctx)
-    with serve_in_thread(app) as base, httpx.Client(base_url=base, timeout=30) as http:
+    with httpx.Client(base_url=serve_app(app), timeout=30) as http:
         events = [event() for _ in range(300)]
         first = http.post("/v1/events", json={"events": events[:200]})
         second = http.post("/v1/events", json={"events": events[100:]})

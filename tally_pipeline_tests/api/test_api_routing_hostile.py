@@ -8,8 +8,14 @@ from starlette.testclient import TestClient
 
 from tally_pipeline.store import Store
 from tally_pipeline_tests.api_setup import ALL, SIM_CLOUD, bearer, build_api, token_for
-from tally_pipeline_tests.api_setup import memory_or_postgres_store  # noqa: F401 - provides "store" here
 from tally_pipeline_tests.collector_api import volume_event
+
+
+@pytest.fixture(name="store", scope="module")
+def module_wide_store(module_store: Store) -> Store:
+    """This module's tests share one store per backend (``module_store``, api/conftest.py)."""
+    return module_store
+
 
 EVIL_HOST = "evil.example.invalid"
 

@@ -19,10 +19,16 @@ from starlette.testclient import TestClient
 from tally_pipeline.api import auth
 from tally_pipeline.api.auth import TokenBook
 from tally_pipeline.store import RejectedRow, Store, open_store
-from tally_pipeline_tests.api_setup import ALL, SIM_CLOUD, TOKENS, bearer, build_api
-from tally_pipeline_tests.api_setup import memory_or_postgres_store  # noqa: F401 - provides "store" here
-from tally_pipeline_tests.collector_api import volume_event
 from tally_pipeline_tests.api.openapi_spec import app_operations, check_answer, required_scopes, spec
+from tally_pipeline_tests.api_setup import ALL, SIM_CLOUD, TOKENS, bearer, build_api
+from tally_pipeline_tests.collector_api import volume_event
+
+
+@pytest.fixture(name="store", scope="module")
+def module_wide_store(module_store: Store) -> Store:
+    """This module's tests share one store per backend (``module_store``, api/conftest.py)."""
+    return module_store
+
 
 PLAIN = "plain-secret-0123456789abcdef"
 HASHED = "hashed-secret-0123456789abcdef"

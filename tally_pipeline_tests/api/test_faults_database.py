@@ -19,6 +19,7 @@ from tally_pipeline.bench.serve_process import ServeProcess
 from tally_pipeline.collector import Collector
 from tally_pipeline.collector.backoff import Backoff
 from tally_pipeline.store.postgres_store import INGEST_LOCK
+from tally_pipeline_tests.api.private_postgres import PrivatePostgres
 from tally_pipeline_tests.collector_api import wait_for_outcome
 from tally_pipeline_tests.faults import (
     FAULT_APP,
@@ -34,7 +35,6 @@ from tally_pipeline_tests.faults import (
     tokens_file,
     wait_for_blocked,
 )
-from tally_pipeline_tests.api.private_postgres import PrivatePostgres
 
 def post(base: str, batch: list[dict[str, Any]]) -> httpx.Response:
     return httpx.post(f"{base}/v1/events", json={"events": batch}, headers={"Authorization": f"Bearer {TOKEN}"},
@@ -113,16 +113,6 @@ def test_connections_cut_mid_batch_answer_503_and_the_api_recovers_by_itself(
         assert "tally_store_errors_total 2.0" in metrics
     assert Counter(stored_ids(url)) == Counter(ids_of([first_valid, second_valid]))
     assert Counter(reason for reason, _ in dead_letter(url)) == Counter({"size_schema": 6})
-
-
-@pytest.fixture
-def private_postgres() -> Iterator[PrivatePostgres]:
-    server = PrivatePostgres()
-    try:
-        server.start()
-        yield server
-    finally:
-        server.close()
 
 
 @pytest.mark.slow

@@ -17,11 +17,17 @@ from starlette.testclient import TestClient
 
 from tally_pipeline.api.quota import DeadLetterQuota
 from tally_pipeline.store import Store
+from tally_pipeline_tests.api.openapi_spec import check_answer
 from tally_pipeline_tests.api_setup import build_api
-from tally_pipeline_tests.api_setup import memory_or_postgres_store  # noqa: F401 - provides "store" here
 from tally_pipeline_tests.collector_api import volume_event
 from tally_pipeline_tests.hostile import batches, json_values, odd_text, to_body
-from tally_pipeline_tests.api.openapi_spec import check_answer
+
+
+@pytest.fixture(name="store", scope="module")
+def module_wide_store(module_store: Store) -> Store:
+    """This module's tests share one store per backend (``module_store``, api/conftest.py)."""
+    return module_store
+
 
 _run = itertools.count()
 FUZZ = settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])

@@ -17,9 +17,6 @@ from starlette.testclient import TestClient
 from tally_pipeline.api.quota import DeadLetterQuota
 from tally_pipeline.store import Store, open_store
 from tally_pipeline.store.postgres_store import PostgresStore
-from tally_pipeline_tests.api_setup import ALL, SIM_CLOUD, bearer, build_api, closed_port, token_for
-from tally_pipeline_tests.api_setup import memory_or_postgres_store  # noqa: F401 - provides "store" here
-from tally_pipeline_tests.collector_api import volume_event
 from tally_pipeline_tests.api.openapi_spec import (
     SPEC_PATH,
     Answer,
@@ -29,6 +26,14 @@ from tally_pipeline_tests.api.openapi_spec import (
     spec,
     spec_operations,
 )
+from tally_pipeline_tests.api_setup import ALL, SIM_CLOUD, bearer, build_api, closed_port, token_for
+from tally_pipeline_tests.collector_api import volume_event
+
+
+@pytest.fixture(name="store", scope="module")
+def module_wide_store(module_store: Store) -> Store:
+    """This module's tests share one store per backend (``module_store``, api/conftest.py)."""
+    return module_store
 
 
 def test_the_spec_describes_exactly_the_routes_the_app_serves() -> None:

@@ -14,7 +14,6 @@ import psycopg
 import pytest
 
 from tally_pipeline.bench.serve_process import ServeProcess
-from tally_pipeline_tests.conftest import admin_dsn
 from tally_pipeline_tests.faults import TOKEN, events, migrate, tokens_file, wait_until
 
 PASSWORD = "Sup3r-s3cret-pw-4242"  # the test server trusts every local login, so any password connects
@@ -26,10 +25,10 @@ def with_password(url: str) -> str:
 
 
 @contextmanager
-def unreachable(url: str) -> Iterator[None]:
+def unreachable(url: str, admin_dsn: str) -> Iterator[None]:
     """The database refuses new connections and its open ones are cut; reachable again on exit."""
     name = psycopg.conninfo.conninfo_to_dict(url)["dbname"]
-    with psycopg.connect(admin_dsn(), autocommit=True) as admin:
+    with psycopg.connect(admin_dsn, autocommit=True) as admin:
         admin.execute(f'ALTER DATABASE "{name}" ALLOW_CONNECTIONS false')
         admin.execute("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = %s", (name,))
         try:
@@ -55,14 +54,14 @@ def server(pg_url: str, tmp_path: Path) -> Iterator[ServeProcess]:
 
 
 @pytest.mark.slow
-def test_metrics_answer_while_the_database_is_down(server: ServeProcess, pg_url: str) -> None:
+def test_metrics_answer_while_the_database_is_down(server: ServeProcess, pg_url: str, postgres_server: str) -> None:
     auth = {"Authorization": f"Bearer {TOKEN}"}
     stored = httpx.post(f"{server.url}/v1/events", json={"events": events("up", 3)}, headers=auth, timeout=30)
     assert stored.status_code == 200
     status, page, _ = scrape(server)
     assert status == 200 and "tally_store_up 1" in page and "tally_sync_configured" in page
 
-    with unreachable(pg_url):
+    with unreachable(pg_url, postgres_server):
         refused = httpx.post(f"{server.url}/v1/events", json={"events": events("down", 3)}, headers=auth, timeout=60)
         assert refused.status_code == 503
         assert PASSWORD not in refused.text

@@ -64,14 +64,11 @@ def test_status_drain_rejected_and_requeue(tmp_path):
         assert status["buffered"] == 2 and status["rejected"] == 1
 
 
-def test_drain_with_a_bad_token_says_so_and_keeps_the_events(tmp_path):
-    api = ContractAPI()
-    with LoopbackServer(api.app) as srv:
-        srv.start()
-        with Collector(srv.url, TOKEN, tmp_path) as c:
-            c.submit(volume_event(1))
-        code, out = run("collector", "drain", "--buffer-dir", str(tmp_path), "--url", srv.url, "--token", "nope")
-        assert code == 1 and "refused the collector's token" in out and "1 events stay buffered" in out
+def test_drain_with_a_bad_token_says_so_and_keeps_the_events(tmp_path, server):
+    with Collector(server.url, TOKEN, tmp_path) as c:
+        c.submit(volume_event(1))
+    code, out = run("collector", "drain", "--buffer-dir", str(tmp_path), "--url", server.url, "--token", "nope")
+    assert code == 1 and "refused the collector's token" in out and "1 events stay buffered" in out
     assert json.loads(run("collector", "status", "--buffer-dir", str(tmp_path), "--json")[1])["buffered"] == 1
 
 

@@ -44,17 +44,6 @@ class FakeTime:
 
 
 @pytest.fixture
-def api() -> ContractAPI:
-    return ContractAPI()
-
-
-@pytest.fixture
-def server(api: ContractAPI) -> Iterator[LoopbackServer]:
-    with LoopbackServer(api.app) as srv:
-        yield srv.start()
-
-
-@pytest.fixture
 def fake_time() -> FakeTime:
     return FakeTime()
 

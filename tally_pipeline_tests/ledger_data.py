@@ -114,4 +114,3 @@ def checkpoints(store: Store) -> dict[EntityKey, tuple[int, datetime | None]]:
 
 def posting_count(store: Store) -> int:
     return int(store.query("SELECT count(*) FROM ledger_postings")[0][0])
-

@@ -3,10 +3,8 @@
 from __future__ import annotations
 
 import socket
-from collections.abc import Iterator
 from dataclasses import dataclass
 
-import pytest
 from starlette.applications import Starlette
 
 from tally_pipeline.api.app import ApiContext, create_app
@@ -15,7 +13,7 @@ from tally_pipeline.config import TallyConfig
 from tally_pipeline.ingest import Ingestor
 from tally_pipeline.runtime import Runtime
 from tally_pipeline.schemas import default_registry
-from tally_pipeline.store import Store, open_store
+from tally_pipeline.store import Store
 
 SIM_CLOUD = "sim"
 
@@ -76,12 +74,3 @@ def closed_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
-
-
-@pytest.fixture(name="store", params=["duckdb", "postgres"], scope="module")
-def memory_or_postgres_store(request: pytest.FixtureRequest) -> Iterator[Store]:
-    """Overrides conftest's ``store`` where imported: both backends, one database per test module, DuckDB in
-    memory; for modules making hundreds of requests whose tests don't depend on each other's writes."""
-    url = "duckdb://:memory:" if request.param == "duckdb" else request.getfixturevalue("pg_databases").create()
-    with open_store(url, migrate=True) as store:
-        yield store

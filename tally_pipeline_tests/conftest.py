@@ -10,6 +10,7 @@ from collections.abc import Iterator
 import psycopg
 import pytest
 
+from tally_pipeline.ingest import Ingestor
 from tally_pipeline.schemas import default_registry
 from tally_pipeline.store import Store, open_store
 
@@ -107,3 +108,9 @@ def store(store_url: str) -> Iterator[Store]:
         yield s
     finally:
         s.close()
+
+
+@pytest.fixture
+def ingestor(store: Store, registry) -> Ingestor:
+    """The ingest core on ``store``."""
+    return Ingestor(store, registry)

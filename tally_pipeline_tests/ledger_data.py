@@ -4,18 +4,15 @@ and the Python model of what the ledger must hold (from ``core``, never from the
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from collections import defaultdict
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-import pytest
-
 from tally_pipeline.core.ledger import EntityKey
 from tally_pipeline.core.registry import SizeSchemaRegistry
 from tally_pipeline.core.usage import Interval, MeterValueError, cumulative_usage_micro, to_micro
-from tally_pipeline.store import Store, open_store
+from tally_pipeline.store import Store
 
 T0 = datetime(2026, 3, 1, tzinfo=UTC)
 HOUR = timedelta(hours=1)
@@ -117,13 +114,3 @@ def checkpoints(store: Store) -> dict[EntityKey, tuple[int, datetime | None]]:
 
 def posting_count(store: Store) -> int:
     return int(store.query("SELECT count(*) FROM ledger_postings")[0][0])
-
-
-@pytest.fixture(params=["duckdb", "postgres"])
-def quick_store(request) -> Iterator[Store]:
-    """For property tests that run many examples: an in-memory DuckDB (opening a file per unit of
-    work would dominate; the file-backed store runs the other tests) or a fresh Postgres database."""
-    url = "duckdb://:memory:" if request.param == "duckdb" else request.getfixturevalue("pg_url")
-    store = open_store(url, migrate=True)
-    yield store
-    store.close()

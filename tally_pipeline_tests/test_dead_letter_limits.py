@@ -18,8 +18,8 @@ from tally_pipeline.runtime import Runtime
 from tally_pipeline.store import open_store
 from tally_pipeline.store.base import RAW_PREFIX_CHARS
 from tally_pipeline_tests.api_setup import bearer, build_api, token_for
+from tally_pipeline_tests.defs.test_dagster_assets import T0, FixedClock
 from tally_pipeline_tests.events import event
-from tally_pipeline_tests.test_dagster_assets import T0, FixedClock
 
 
 def test_a_listing_carries_a_bounded_prefix_its_size_and_a_link(store) -> None:

@@ -3,11 +3,8 @@ the conflict rule within a cloud, and the migration of a database keyed by event
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import duckdb
 import psycopg
-import pytest
 from starlette.testclient import TestClient
 
 from tally_pipeline.ingest import Ingestor
@@ -15,11 +12,6 @@ from tally_pipeline.store import open_store
 from tally_pipeline.store.migrations import MIGRATIONS_TABLE, migrations_for
 from tally_pipeline_tests.api_setup import bearer, build_api, token_for
 from tally_pipeline_tests.events import event
-
-
-@pytest.fixture
-def ingestor(store, registry) -> Ingestor:
-    return Ingestor(store, registry)
 
 
 def test_the_same_id_in_two_clouds_is_two_events(ingestor, store) -> None:
@@ -90,16 +82,9 @@ def _apply_up_to(store_url: str, version: int) -> None:
             conn.execute("INSERT INTO schema_migrations (version, name) VALUES (%s, %s)", (m.version, m.name))
 
 
-@pytest.fixture(params=["duckdb", "postgres"])
-def fresh_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
-    if request.param == "duckdb":
-        return f"duckdb://{tmp_path / 'old.duckdb'}"
-    return request.getfixturevalue("pg_url")
-
-
-def test_a_database_keyed_by_event_id_alone_is_migrated(fresh_url, registry) -> None:
-    _apply_up_to(fresh_url, 6)
-    with open_store(fresh_url, migrate=False) as old:
+def test_a_database_keyed_by_event_id_alone_is_migrated(store_url, registry) -> None:
+    _apply_up_to(store_url, 6)
+    with open_store(store_url, migrate=False) as old:
         # An older release's ingest: the event log keyed by event_id alone.
         old.run(lambda uow: uow.execute(
             "INSERT INTO events (event_id, event_type, verb, cloud, resource_type, resource_id, project_id, "
@@ -111,7 +96,7 @@ def test_a_database_keyed_by_event_id_alone_is_migrated(fresh_url, registry) -> 
         assert "0007_cloud_scoped_events.sql" in old.pending_migrations()
         assert "0007_cloud_scoped_events.sql" in old.migrate()
         assert old.query("SELECT seq, event_id, cloud FROM events") == before
-    with open_store(fresh_url, migrate=False) as store:
+    with open_store(store_url, migrate=False) as store:
         outcome = Ingestor(store, registry).ingest(
             [event(event_id="e1", cloud="c2"), event(event_id="e1", cloud="c1")], origin="test")
         assert [r.status for r in outcome.results] == ["stored", "duplicate"]

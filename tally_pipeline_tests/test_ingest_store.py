@@ -11,11 +11,6 @@ from tally_pipeline.store import open_store
 from tally_pipeline_tests.events import event
 
 
-@pytest.fixture
-def ingestor(store, registry) -> Ingestor:
-    return Ingestor(store, registry)
-
-
 def stored_ids(store) -> list[str]:
     return [row[0] for row in store.query("SELECT event_id FROM events ORDER BY event_id")]
 

@@ -19,7 +19,7 @@ from tally_pipeline.landing import ingest_file
 from tally_pipeline.store import open_store
 from tally_pipeline_tests.api_setup import bearer, build_api, token_for
 from tally_pipeline_tests.events import event
-from tally_pipeline_tests.test_ingest_cloud_scope import _apply_up_to, fresh_url  # noqa: F401 - a fixture
+from tally_pipeline_tests.test_ingest_cloud_scope import _apply_up_to
 
 FLOAT_SIZE = '{"flavor_name": "m1", "vcpus": 2.0, "ram_mb": 1e1, "disk_gb": 20.000}'
 
@@ -93,9 +93,9 @@ def test_a_landing_file_stores_integers(store, registry, tmp_path: Path) -> None
     assert '"vcpus": 2.0' not in json.dumps(_size_of(store, e["event_id"]))
 
 
-def test_an_older_history_holding_floats_is_migrated_and_refolded(fresh_url, registry) -> None:  # noqa: F811
-    _apply_up_to(fresh_url, 6)
-    with open_store(fresh_url, migrate=False) as old:
+def test_an_older_history_holding_floats_is_migrated_and_refolded(store_url, registry) -> None:
+    _apply_up_to(store_url, 6)
+    with open_store(store_url, migrate=False) as old:
         old.run(lambda uow: uow.execute(
             "INSERT INTO events (event_id, event_type, verb, cloud, resource_type, resource_id, project_id, "
             "occurred_at, source, payload, content_hash, received_at) VALUES "

@@ -11,7 +11,6 @@ from tally_pipeline import projection, queries
 from tally_pipeline.adapters.simulated import SimulatedAdapter
 from tally_pipeline.core import reconcile as rules
 from tally_pipeline.fakes.static_view import StaticView
-from tally_pipeline.ingest import Ingestor
 from tally_pipeline.sim.platform import PlatformRecord
 from tally_pipeline.sync import SyncInProgress, projected_resources, run_sync, sync_runs
 
@@ -35,11 +34,6 @@ def collector_event(eid: str, rid: str, verb: str, when: datetime, gb: int = 10,
     if verb == "create":
         item["project_id"] = project
     return item
-
-
-@pytest.fixture
-def ingestor(store, registry) -> Ingestor:
-    return Ingestor(store, registry)
 
 
 def sync(store, ingestor, view, *, now=NOW, run_key="tick:1", guard=0.5, types=("volume", "instance")):

@@ -9,9 +9,7 @@ from tally_pipeline.adapters.simulated import SimulatedAdapter
 from tally_pipeline.core.alerts import AlertSettings
 from tally_pipeline.fakes.static_view import StaticView
 from tally_pipeline.sync import run_sync, sync_runs
-from tally_pipeline_tests.test_sync import CLOUD, NOW, OLD, collector_event, ingestor, rec  # noqa: F401 - fixture
-
-__all__ = ["ingestor"]
+from tally_pipeline_tests.test_sync import CLOUD, NOW, OLD, collector_event, rec
 
 
 def deferral_rows(store, reason: str) -> list[tuple]:

@@ -1,0 +1,70 @@
+"""The code location's shape, frozen: asset keys, groups, deps, kinds, automation conditions, checks and
+partitions, and the jobs, schedules and sensors with their default status.
+
+A restructuring of defs/ must leave this unchanged (the webserver test and the runbooks name these).
+A deliberate change rewrites the snapshot: ``TALLY_UPDATE_SNAPSHOT=1 pytest tally_pipeline_tests/defs/test_asset_graph.py``,
+and the diff of ``snapshots/asset_graph.json`` shows it in review. Building the definitions runs nothing.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import dagster as dg
+
+from tally_pipeline.definitions import build_definitions
+
+SNAPSHOT = Path(__file__).parents[1] / "snapshots" / "asset_graph.json"
+
+
+def _condition(condition: dg.AutomationCondition | None) -> str | None:
+    if condition is None:
+        return None
+    return condition.get_label() or str(condition)
+
+
+def graph_of(defs: dg.Definitions) -> dict[str, Any]:
+    graph = defs.resolve_asset_graph()
+    assets = {}
+    for key in sorted(graph.get_all_asset_keys(), key=lambda k: k.to_user_string()):
+        node = graph.get(key)
+        assets[key.to_user_string()] = {
+            "group": node.group_name,
+            "deps": sorted(k.to_user_string() for k in node.parent_keys),
+            "kinds": sorted(node.kinds),
+            "automation": _condition(node.automation_condition),
+            "checks": sorted(c.name for c in node.check_keys),
+            "partitions": type(node.partitions_def).__name__ if node.partitions_def else None,
+            # a cloud's partitions are its name (daily ones depend on today, so only static keys)
+            "partition_keys": (list(node.partitions_def.get_partition_keys())
+                               if isinstance(node.partitions_def, dg.StaticPartitionsDefinition) else None),
+        }
+    repo = defs.get_repository_def()
+    return {
+        "assets": assets,
+        "jobs": sorted(j.name for j in repo.get_all_jobs()),
+        "schedules": {s.name: s.default_status.value for s in sorted(repo.schedule_defs, key=lambda s: s.name)},
+        "sensors": {s.name: s.default_status.value for s in sorted(repo.sensor_defs, key=lambda s: s.name)},
+    }
+
+
+def _defs(tmp_path: Path, clouds: list[str]) -> dg.Definitions:
+    # a config of its own, whatever TALLY_CONFIG or TALLY_DATABASE say: kinds name the database and providers
+    config = tmp_path / "tally.yaml"
+    config.write_text(f"database: duckdb://{tmp_path / 'graph.duckdb'}\n", encoding="utf-8")
+    return build_definitions(clouds, config_path=str(config))
+
+
+def test_asset_graph_matches_the_snapshot(tmp_path: Path) -> None:
+    current = graph_of(_defs(tmp_path, ["c1", "c2"]))
+    if os.environ.get("TALLY_UPDATE_SNAPSHOT") == "1":
+        SNAPSHOT.write_text(json.dumps(current, indent=1, sort_keys=True) + "\n", encoding="utf-8")
+    assert current == json.loads(SNAPSHOT.read_text(encoding="utf-8"))
+
+
+def test_the_snapshot_sees_a_changed_graph(tmp_path: Path) -> None:
+    """The dump is not blind: another cloud list is another graph (the reconciliation's partitions)."""
+    assert graph_of(_defs(tmp_path, ["c1"])) != graph_of(_defs(tmp_path, ["c1", "c2"]))

@@ -1,0 +1,99 @@
+"""Declarative automation with the real Dagster daemon: an API write reaches the projections by itself."""
+
+from __future__ import annotations
+
+import os
+import queue
+import re
+import signal
+import subprocess
+import sys
+import threading
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+
+import dagster as dg
+import pytest
+
+from tally_pipeline.ingest import Ingestor
+from tally_pipeline.runtime import Runtime
+
+ROOT = Path(__file__).resolve().parents[2]
+AUTOMATION_RUN_DONE = re.compile(r"__ASSET_JOB - ([0-9a-f-]{36}) - .*RUN_SUCCESS")
+
+
+class Output:
+    """The daemon's output, line by line, read on a thread so the test can wait for a line with a deadline."""
+
+    def __init__(self, proc: subprocess.Popen):
+        self.lines: list[str] = []
+        self._queue: queue.Queue[str | None] = queue.Queue()
+        threading.Thread(target=self._read, args=(proc,), daemon=True).start()
+
+    def _read(self, proc: subprocess.Popen) -> None:
+        for raw in proc.stdout:
+            self._queue.put(raw.decode(errors="replace"))
+        self._queue.put(None)
+
+    def wait_for(self, pattern: re.Pattern, deadline: float) -> re.Match:
+        while True:
+            try:
+                line = self._queue.get(timeout=max(0.0, deadline - time.monotonic()))
+            except queue.Empty:
+                pytest.fail(f"no line matching {pattern.pattern} in time: " + "".join(self.lines)[-3000:])
+            if line is None:
+                pytest.fail("daemon exited: " + "".join(self.lines)[-3000:])
+            self.lines.append(line)
+            match = pattern.search(line)
+            if match:
+                return match
+
+
+def event(eid: str, rid: str) -> dict:
+    return {"event_id": eid, "event_type": "volume.create.end", "cloud": "region-one", "resource_type": "volume",
+            "resource_id": rid, "project_id": "p1", "occurred_at": datetime.now(UTC).isoformat(),
+            "payload": {"size": {"gb": 10, "volume_type": None}}}
+
+
+@pytest.mark.slow
+def test_the_daemon_refreshes_the_projections_after_an_api_write(tmp_path, pg_url) -> None:
+    config = tmp_path / "tally.yaml"
+    # No cloud configured: no scheduled sync re-folds the projection behind automation's back.
+    config.write_text(f"database: {pg_url}\nclouds: {{}}\n")
+    rt = Runtime.load(str(config))
+    rt.store.migrate()
+    home = tmp_path / "dagster_home"
+    home.mkdir()
+    (home / "dagster.yaml").write_text((ROOT / "deploy" / "embedded" / "dagster.yaml").read_text())
+    env = {**os.environ, "TALLY_CONFIG": str(config), "DAGSTER_HOME": str(home)}
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "dagster._daemon", "run", "-w", str(ROOT / "workspace.yaml")],
+        cwd=tmp_path, env=env, start_new_session=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+    )
+    output = Output(proc)
+    try:
+        # Nobody switches automation on: the daemon's own ticks fill in the never-materialized projections.
+        first = output.wait_for(AUTOMATION_RUN_DONE, time.monotonic() + 300)
+        # The API stores an event (the same ingest core); api_writes records it, automation refolds.
+        Ingestor(rt.store, rt.registry).ingest([event("d1", "v-daemon")], origin="api")
+        written = time.monotonic()
+        second = output.wait_for(AUTOMATION_RUN_DONE, written + 300)
+        elapsed = time.monotonic() - written
+    finally:
+        os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+    assert first.group(1) != second.group(1)
+    print(f"API write to refreshed projection: {elapsed:.0f} s")
+    assert rt.store.query("SELECT status FROM current_resources WHERE resource_id = 'v-daemon'") == [("live",)]
+    with dg.DagsterInstance.from_config(str(home)) as instance:
+        run = instance.get_run_by_id(second.group(1))
+        assert run is not None and {k.to_user_string() for k in run.asset_selection} >= {"current_resources",
+                                                                                         "resource_intervals"}
+        latest = instance.get_latest_materialization_event(dg.AssetKey("current_resources"))
+        assert latest.run_id == second.group(1) and latest.asset_materialization.metadata["live"].value == 1
+    rt.close()

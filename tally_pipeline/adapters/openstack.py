@@ -50,7 +50,7 @@ from tally_pipeline.adapters.base import (
     SkipItem,
     confirm_each,
 )
-from tally_pipeline.adapters.openstack_pages import ListCall, MalformedPage, pages, response_date
+from tally_pipeline.adapters.openstack_pages import ListCall, MalformedPage, pages
 from tally_pipeline.config import OpenStackCloud
 from tally_pipeline.core.timeutil import format_rfc3339
 from tally_pipeline.schemas import default_registry

@@ -67,6 +67,11 @@ def test_the_daemon_refreshes_the_projections_after_an_api_write(tmp_path, pg_ur
     home.mkdir()
     (home / "dagster.yaml").write_text((ROOT / "deploy" / "embedded" / "dagster.yaml").read_text())
     env = {**os.environ, "TALLY_CONFIG": str(config), "DAGSTER_HOME": str(home)}
+    # The hourly posting (and the nightly usage_daily) refresh the projection too; one that fell due
+    # while the test runs would leave automation nothing to do. Stopped in this instance only.
+    for schedule in ("delta_posting_schedule", "usage_daily_schedule"):
+        subprocess.run([sys.executable, "-m", "dagster", "schedule", "stop", schedule, "-w", str(ROOT / "workspace.yaml")],
+                       cwd=tmp_path, env=env, check=True, capture_output=True)
     proc = subprocess.Popen(
         [sys.executable, "-m", "dagster._daemon", "run", "-w", str(ROOT / "workspace.yaml")],
         cwd=tmp_path, env=env, start_new_session=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,

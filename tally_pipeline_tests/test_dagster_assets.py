@@ -501,3 +501,33 @@ def test_projection_and_posting_runs_leave_a_parquet_snapshot_for_analysts(setup
     assert posted.success
     assert pl.read_parquet(folder / "ledger_postings.parquet").height == 1  # the posting run refreshed it
     assert materializations(posted, "ledger_postings")[0]["analyst_snapshot"] == str(folder)
+
+
+def test_a_process_loads_each_config_once_and_closes_what_it_stops_using(tmp_path) -> None:
+    from tally_pipeline.orchestration.runtimes import KEPT, runtime_for
+
+    config = tmp_path / "tally.yaml"
+    config.write_text(f"database: duckdb://{tmp_path / 'tally.duckdb'}\n")
+    store, ledger = TallyStore(config_path=str(config)), Ledger(config_path=str(config))
+    assert store.config is ledger.config  # one Runtime for the store and the ledger on one database
+    apart = Ledger(config_path=str(config), ledger_database=f"duckdb://{tmp_path / 'ledger.duckdb'}")
+    assert apart.config.database.endswith("ledger.duckdb") and store.config.database.endswith("tally.duckdb")
+    first = runtime_for(str(config))
+    first.store  # opened
+    for n in range(KEPT):
+        runtime_for(str(config), f"duckdb://{tmp_path / f'{n}.duckdb'}")
+    assert first._store is None  # the least recently used runtime was closed
+    assert runtime_for(str(config)) is not first
+
+
+def test_production_resources_read_the_environment_where_they_run(monkeypatch) -> None:
+    from tally_pipeline.orchestration.resources import environment_resources
+
+    monkeypatch.setenv("TALLY_CONFIG", "/etc/tally/tally.yaml")
+    monkeypatch.delenv("TALLY_DATABASE", raising=False)
+    resources = environment_resources()
+    for key in ("store", "ledger", "adapters"):
+        assert resources[key].config_path == dg.EnvVar("TALLY_CONFIG") and isinstance(resources[key].config_path, dg.EnvVar)
+    assert resources["store"].database is None  # unset: the config file's database, not a failing EnvVar
+    monkeypatch.setenv("TALLY_DATABASE", "postgresql://tally@db/tally")
+    assert isinstance(environment_resources()["ledger"].database, dg.EnvVar)

@@ -31,9 +31,9 @@ from tally_pipeline.adapters.simulated import SimulatedAdapter
 from tally_pipeline.core.registry import SizeSchemaRegistry
 from tally_pipeline.core.timeutil import format_rfc3339
 from tally_pipeline.core.usage import Entity, Interval, cumulative_usage_micro, tenant_error, to_units, usage_by_entity
-from tally_pipeline.defs.reconciliation import follow_up_requests, reconciliation_requests
-from tally_pipeline.defs.resources import Ledger, TallyStore
-from tally_pipeline.defs.tags import NOW
+from tally_pipeline.defs.reconciliation.requests import follow_up_requests, reconciliation_requests
+from tally_pipeline.orchestration.resources import Ledger, TallyStore
+from tally_pipeline.orchestration.tags import NOW
 from tally_pipeline.runtime import Runtime
 from tally_pipeline.sim import DeliverySpec, Simulation, SimulationSpec, simulate
 from tally_pipeline.store import asset_reads
@@ -200,7 +200,7 @@ def run_demo(s: DemoSettings, *, progress: Callable[[int, int], None] | None = N
     plain.store.migrate()
     clock = SimulatedClock(sim.start)
     store = TallyStore(config_path=str(config))
-    resources = {"store": store, "ledger": Ledger(store=store), "adapters": SimulatedPlatforms(sim), "clock": clock}
+    resources = {"store": store, "ledger": Ledger(config_path=str(config)), "adapters": SimulatedPlatforms(sim), "clock": clock}
     # Every run's Dagster log goes to dagster.log in the demo directory, not the terminal (thousands of
     # step lines would bury the report); --verbose echoes it too.
     defs = dg.Definitions.merge(build_definitions(clouds, resources),
@@ -261,7 +261,7 @@ def run_demo(s: DemoSettings, *, progress: Callable[[int, int], None] | None = N
             half = previous + TICK / 2
             feed(previous, half)
             clock.value = half
-            for request in follow_up_requests(main.store, clouds, half):  # the settle-window sensor's rule
+            for request in follow_up_requests(asset_reads.due_follow_ups(main.store, half), clouds, half):  # the settle-window sensor's rule
                 execute(reconcile, "follow-up sync", partition_key=request.partition_key, tags=request.tags)
             feed(half, tick)
             clock.value = tick

@@ -9,7 +9,9 @@ and the tally config they ship validates.
 
 from __future__ import annotations
 
+import os
 import re
+import shutil
 import subprocess
 import sys
 import tomllib
@@ -103,6 +105,30 @@ def test_code_location_module_is_the_projects() -> None:
     modules = {c[c.index("-m") + 1] for c in _commands() if "-m" in c}
     pyproject = tomllib.loads((ROOT / "pyproject.toml").read_text())
     assert modules == {pyproject["tool"]["dg"]["project"]["code_location_target_module"]}
+
+
+def test_an_installed_package_finds_its_definitions_by_the_dg_toml_it_ships(tmp_path: Path) -> None:
+    """Outside a checkout there is no pyproject.toml: discovery finds the dg project by the package's own
+    dg.toml (package data), which names the same root module as pyproject's [tool.dg]."""
+    pyproject = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    assert "dg.toml" in pyproject["tool"]["setuptools"]["package-data"]["tally_pipeline"]
+    shipped = tomllib.loads((ROOT / "tally_pipeline" / "dg.toml").read_text())
+    assert shipped["project"]["root_module"] == pyproject["tool"]["dg"]["project"]["root_module"]
+    site = tmp_path / "site-packages"  # the package alone, as an image installs it
+    shutil.copytree(ROOT / "tally_pipeline", site / "tally_pipeline", ignore=shutil.ignore_patterns("__pycache__"))
+    config = tmp_path / "tally.yaml"
+    config.write_text(f"database: duckdb://{tmp_path / 'tally.duckdb'}\nclouds:\n  c1: {{provider: simulated, seed: 1}}\n")
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "TALLY_DATABASE")}
+    done = subprocess.run(
+        [sys.executable, "-c", "import tally_pipeline.definitions as m; d = m.defs(); "
+                               "print(m.__file__); print(sorted(j.name for j in d.jobs))"],
+        cwd=tmp_path, env={**env, "PYTHONPATH": str(site), "TALLY_CONFIG": str(config)},
+        capture_output=True, text=True, timeout=120,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    where, jobs = done.stdout.splitlines()[-2:]
+    assert Path(where).is_relative_to(site)
+    assert jobs == str(["dead_letter_retention_job", "delta_posting", "landing_files", "reconciliation", "usage_daily_job"])
 
 
 def test_ports_agree_between_listeners_and_callers() -> None:

@@ -88,7 +88,7 @@ def test_path_like_names_are_accepted(tree: Path) -> None:
 
 
 def test_the_dagster_landing_asset_reads_only_files_inside_the_landing_directory(tmp_path) -> None:
-    from tally_pipeline.defs.ingest import landing_files
+    from tally_pipeline.defs.ingest.landing_folders import landing_files
 
     landing, outside = tmp_path / "landing", tmp_path / "outside"
     (landing / "2026-03-01").mkdir(parents=True)

@@ -9,7 +9,7 @@ import pytest
 
 from tally_pipeline.core import alerts as rules
 from tally_pipeline.definitions import build_definitions
-from tally_pipeline.defs.resources import Ledger, TallyStore
+from tally_pipeline.orchestration.resources import Ledger, TallyStore
 from tally_pipeline.runtime import Runtime
 
 NOW = datetime.now(UTC)
@@ -36,7 +36,7 @@ def env(store_url, tmp_path):
     rt = Runtime.load(str(config))
     rt.store.migrate()
     store = TallyStore(config_path=str(config))
-    defs = build_definitions(["c1", "c2"], {"store": store, "ledger": Ledger(store=store), "adapters": object(),
+    defs = build_definitions(["c1", "c2"], {"store": store, "ledger": Ledger(config_path=str(config)), "adapters": object(),
                                             "clock": object()})
     yield rt, defs
     rt.close()

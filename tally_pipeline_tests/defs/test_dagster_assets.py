@@ -11,12 +11,13 @@ import pytest
 
 from tally_pipeline.adapters.simulated import SimulatedAdapter
 from tally_pipeline.definitions import build_definitions
-from tally_pipeline.defs.reconciliation import follow_up_requests, reconciliation_requests
-from tally_pipeline.defs.resources import Ledger, TallyStore
+from tally_pipeline.defs.reconciliation.requests import follow_up_requests, reconciliation_requests
+from tally_pipeline.orchestration.resources import Ledger, TallyStore
 from tally_pipeline.fakes.static_view import StaticView
 from tally_pipeline.ingest import Ingestor
 from tally_pipeline.runtime import Runtime
 from tally_pipeline.sim.platform import PlatformRecord
+from tally_pipeline.store import asset_reads
 
 T0 = datetime(2026, 3, 1, tzinfo=UTC)
 
@@ -65,7 +66,7 @@ def setup(store_url, tmp_path):
     view = StaticView.of([])
     clock = FixedClock(T0 + timedelta(days=1))
     store = TallyStore(config_path=str(config))
-    resources = {"store": store, "ledger": Ledger(store=store), "adapters": Platforms(view), "clock": clock}
+    resources = {"store": store, "ledger": Ledger(config_path=str(config)), "adapters": Platforms(view), "clock": clock}
     defs = build_definitions(["c1", "c2"], resources)
     yield {"defs": defs, "rt": rt, "view": view, "clock": clock, "landing": landing, "config": config,
            "instance": dg.DagsterInstance.ephemeral()}
@@ -151,8 +152,10 @@ def test_settle_window_sensor_requests_a_follow_up_only_when_due(setup) -> None:
     tick = T0 + timedelta(hours=6)
     [request] = reconciliation_requests(["c1"], tick)
     defs.resolve_job_def("reconciliation").execute_in_process(partition_key="c1", instance=setup["instance"], tags=request.tags)
-    assert follow_up_requests(rt.store, ["c1", "c2"], tick + timedelta(seconds=60)) == []  # not yet due
-    due = follow_up_requests(rt.store, ["c1", "c2"], fresh + timedelta(seconds=301))
+    assert follow_up_requests(asset_reads.due_follow_ups(rt.store, tick + timedelta(seconds=60)), ["c1", "c2"],
+                              tick + timedelta(seconds=60)) == []  # not yet due
+    due = follow_up_requests(asset_reads.due_follow_ups(rt.store, fresh + timedelta(seconds=301)), ["c1", "c2"],
+                             fresh + timedelta(seconds=301))
     assert [(r.partition_key, r.run_key) for r in due] == [("c1", "c1@follow-up:2026-03-01T06:03:00Z")]
     sensor = defs.resolve_sensor_def("settle_window_sensor")
     with dg.build_sensor_context(instance=setup["instance"], repository_def=defs.get_repository_def(),
@@ -498,3 +501,33 @@ def test_projection_and_posting_runs_leave_a_parquet_snapshot_for_analysts(setup
     assert posted.success
     assert pl.read_parquet(folder / "ledger_postings.parquet").height == 1  # the posting run refreshed it
     assert materializations(posted, "ledger_postings")[0]["analyst_snapshot"] == str(folder)
+
+
+def test_a_process_loads_each_config_once_and_closes_what_it_stops_using(tmp_path) -> None:
+    from tally_pipeline.orchestration.runtimes import KEPT, runtime_for
+
+    config = tmp_path / "tally.yaml"
+    config.write_text(f"database: duckdb://{tmp_path / 'tally.duckdb'}\n")
+    store, ledger = TallyStore(config_path=str(config)), Ledger(config_path=str(config))
+    assert store.config is ledger.config  # one Runtime for the store and the ledger on one database
+    apart = Ledger(config_path=str(config), ledger_database=f"duckdb://{tmp_path / 'ledger.duckdb'}")
+    assert apart.config.database.endswith("ledger.duckdb") and store.config.database.endswith("tally.duckdb")
+    first = runtime_for(str(config))
+    first.store  # opened
+    for n in range(KEPT):
+        runtime_for(str(config), f"duckdb://{tmp_path / f'{n}.duckdb'}")
+    assert first._store is None  # the least recently used runtime was closed
+    assert runtime_for(str(config)) is not first
+
+
+def test_production_resources_read_the_environment_where_they_run(monkeypatch) -> None:
+    from tally_pipeline.orchestration.resources import environment_resources
+
+    monkeypatch.setenv("TALLY_CONFIG", "/etc/tally/tally.yaml")
+    monkeypatch.delenv("TALLY_DATABASE", raising=False)
+    resources = environment_resources()
+    for key in ("store", "ledger", "adapters"):
+        assert resources[key].config_path == dg.EnvVar("TALLY_CONFIG") and isinstance(resources[key].config_path, dg.EnvVar)
+    assert resources["store"].database is None  # unset: the config file's database, not a failing EnvVar
+    monkeypatch.setenv("TALLY_DATABASE", "postgresql://tally@db/tally")
+    assert isinstance(environment_resources()["ledger"].database, dg.EnvVar)

@@ -1,17 +1,14 @@
-"""Dead-letter retention: a daily job deleting rows older than ``dead_letter.retention_days``."""
-
+"""Dead-letter retention: the job deleting rows older than ``dead_letter.retention_days``."""
 
 import dagster as dg
 
 from tally_pipeline.core.timeutil import to_utc
-from tally_pipeline.dead_letter import purge_dead_letter
-from tally_pipeline.defs.resources import Clock, TallyStore
+from tally_pipeline.orchestration.resources import Clock, TallyStore
 
 
 @dg.op(description="Delete dead-letter rows last received more than dead_letter.retention_days ago.")
 def purge_dead_letter_op(context: dg.OpExecutionContext, store: TallyStore, clock: dg.ResourceParam[Clock]) -> int:
-    with store.session() as rt:
-        result = purge_dead_letter(rt.store, rt.config.dead_letter.retention_days, to_utc(clock.now()))
+    result = store.purge_dead_letter(to_utc(clock.now()))
     context.add_output_metadata({"deleted": result.deleted, "cutoff": result.as_json()["cutoff"]})
     context.log.info(f"dead letter: {result.deleted} rows received before {result.as_json()['cutoff']} deleted")
     return result.deleted
@@ -21,10 +18,3 @@ def purge_dead_letter_op(context: dg.OpExecutionContext, store: TallyStore, cloc
         tags={"dagster/max_retries": "0"})
 def dead_letter_retention_job() -> None:
     purge_dead_letter_op()
-
-
-dead_letter_retention_schedule = dg.ScheduleDefinition(
-    job=dead_letter_retention_job, cron_schedule="40 3 * * *", execution_timezone="UTC",
-    default_status=dg.DefaultScheduleStatus.RUNNING,
-    description="Every day at 03:40 UTC, delete dead-letter rows past their retention.",
-)

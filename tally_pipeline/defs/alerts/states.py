@@ -1,4 +1,4 @@
-"""The alerts as Dagster asset checks and sensors, over the conditions in core/alerts.py.
+"""The alerts' check states, over the conditions in core/alerts.py (checks.py and sensors.py report them).
 
 The state of a check is reported wherever it can change, so the asset page always shows the current
 one: each alert sensor reports it on every tick that changes it; every sync run reports the three
@@ -9,17 +9,14 @@ for ``sync_errors`` and ``drift_high``: a WARN failure, never green.
 """
 
 
-import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
 import dagster as dg
 
-from tally_pipeline import alerts
 from tally_pipeline.core.alerts import Condition
-from tally_pipeline.defs.resources import TallyStore
-from tally_pipeline.store import asset_reads
+from tally_pipeline.orchestration.resources import TallyDatabase
 
 # alert key -> (asset the check sits on, check name, runbook)
 ALERTS = {
@@ -66,16 +63,15 @@ class CheckState:
         return [self.condition.firing, list(self.condition.clouds), list(self.unknown)]
 
 
-def states(store: TallyStore, keys: Sequence[str], now: datetime | None = None) -> list[CheckState]:
-    rt = store.runtime
-    clouds = sorted(rt.config.clouds)
-    conditions = alerts.evaluate(rt.store, clouds, now or datetime.now(UTC), rt.config.alerts.rules())
-    synced = asset_reads.clouds_ever_synced(rt.store) if any(k in NEEDS_A_SYNC for k in keys) else set()
+def states(db: TallyDatabase, keys: Sequence[str], now: datetime | None = None) -> list[CheckState]:
+    clouds = sorted(db.config.clouds)
+    conditions = db.alert_conditions(now or datetime.now(UTC))
+    synced = db.clouds_ever_synced() if any(k in NEEDS_A_SYNC for k in keys) else set()
     return [CheckState(k, conditions[k], tuple(c for c in clouds if c not in synced) if k in NEEDS_A_SYNC else ())
             for k in keys]
 
 
-def _metadata(state: CheckState) -> dict:
+def check_metadata(state: CheckState) -> dict:
     condition = state.condition
     return {"alert": condition.alert, "state": state.label, "clouds": ", ".join(condition.clouds) or "none",
             "never_synced": ", ".join(state.unknown) or "none", "message": state.message,
@@ -85,47 +81,11 @@ def _metadata(state: CheckState) -> dict:
 def evaluation(state: CheckState) -> dg.AssetCheckEvaluation:
     asset, name, _ = ALERTS[state.key]
     return dg.AssetCheckEvaluation(asset_key=dg.AssetKey(asset), check_name=name, passed=state.passed,
-                                   severity=state.severity, description=state.message, metadata=_metadata(state))
+                                   severity=state.severity, description=state.message, metadata=check_metadata(state))
 
 
-def report(context: dg.AssetExecutionContext, store: TallyStore, keys: Sequence[str]) -> None:
+def report(context: dg.AssetExecutionContext, db: TallyDatabase, keys: Sequence[str]) -> None:
     """Record the checks' current state in this run (call it after the asset's materialization)."""
-    for state in states(store, keys):
+    for state in states(db, keys):
         context.log_event(evaluation(state))
 
-
-def _check(key: str) -> dg.AssetChecksDefinition:
-    asset, name, runbook = ALERTS[key]
-
-    @dg.asset_check(asset=asset, name=name, description=f"{key.replace('_', ' ')} (runbook: {runbook})")
-    def check(store: TallyStore) -> dg.AssetCheckResult:
-        [state] = states(store, [key])
-        return dg.AssetCheckResult(passed=state.passed, severity=state.severity,
-                                   description=state.message, metadata=_metadata(state))
-
-    return check
-
-
-def _sensor(key: str) -> dg.SensorDefinition:
-    asset, name, runbook = ALERTS[key]
-
-    @dg.sensor(name=f"{key}_sensor", minimum_interval_seconds=60, default_status=dg.DefaultSensorStatus.RUNNING,
-               description=f"Evaluates the {key.replace('_', ' ')} alert and reports it on {asset}'s {name} check.")
-    def sensor(context: dg.SensorEvaluationContext, store: TallyStore) -> dg.SensorResult:
-        [state] = states(store, [key])
-        # Only a firing alert is logged as a warning; "unknown" (a cloud never synced) is information.
-        (context.log.warning if state.condition.firing else context.log.info)(
-            f"{state.condition.alert}: {state.label}: {state.message}"
-            + (f" (runbook: {runbook})" if state.condition.firing else "")
-        )
-        fingerprint = json.dumps(state.fingerprint())
-        if fingerprint == context.cursor:
-            return dg.SensorResult(skip_reason=f"unchanged: {state.message}")
-        context.update_cursor(fingerprint)
-        return dg.SensorResult(asset_events=[evaluation(state)])
-
-    return sensor
-
-
-alert_checks = [_check(key) for key in ALERTS]
-alert_sensors = [_sensor(key) for key in ALERTS]

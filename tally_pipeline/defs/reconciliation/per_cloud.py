@@ -1,19 +1,33 @@
-"""Per-cloud reconciliation: sync_runs and sync_deferrals partitioned by configured cloud, its job, schedule and follow-ups."""
-
+"""Per-cloud reconciliation: sync_runs and sync_deferrals partitioned by configured cloud, its job,
+schedule and follow-ups. They are built from the cloud list, so by a definitions function, when
+Dagster loads the code location (the clouds are the config file's unless the location names them).
+"""
 
 from datetime import UTC, datetime
 
 import dagster as dg
 
 from tally_pipeline.core.timeutil import format_rfc3339, parse_rfc3339, to_utc
-from tally_pipeline.defs.metadata import md_table
-from tally_pipeline.defs.resources import AdapterSource, Clock, TallyStore
-from tally_pipeline.defs.tags import CLOUD, POLL_TIME, POOL, RUN_KEY
-from tally_pipeline.store import asset_reads
+from tally_pipeline.defs.alerts.states import SYNC_CHECKS, report
+from tally_pipeline.defs.ingest.metadata import cloud_activity_metadata, event_log_metadata
+from tally_pipeline.defs.projection.refresh import report_refresh
+from tally_pipeline.defs.reconciliation.requests import follow_up_requests, reconciliation_requests
+from tally_pipeline.orchestration import location
+from tally_pipeline.orchestration.metadata import md_table
+from tally_pipeline.orchestration.partitions import cloud_partitions
+from tally_pipeline.orchestration.resources import AdapterSource, Clock, TallyStore
+from tally_pipeline.orchestration.tags import CLOUD, POLL_TIME, POOL, RUN_KEY
 
 
-def reconciliation_defs(clouds: list[str], partitions: dg.PartitionsDefinition) -> dg.Definitions:
-    """The reconciliation asset, job, schedule and settle-window sensor for the configured clouds."""
+@dg.definitions
+def reconciliation() -> dg.Definitions:
+    """The per-cloud part of the code location, for the clouds of the location being loaded."""
+    return reconciliation_defs(location.current().cloud_names())
+
+
+def reconciliation_defs(clouds: list[str]) -> dg.Definitions:
+    """The reconciliation asset, job, schedule and settle-window sensor for ``clouds``."""
+    partitions = cloud_partitions(clouds)
 
     @dg.multi_asset(
         specs=[
@@ -43,32 +57,25 @@ def reconciliation_defs(clouds: list[str], partitions: dg.PartitionsDefinition) 
     )
     def sync_runs(context: dg.AssetExecutionContext, store: TallyStore, adapters: dg.ResourceParam[AdapterSource],
                   clock: dg.ResourceParam[Clock]):
-        from tally_pipeline.defs import alerts
-        from tally_pipeline.defs.ingest import cloud_activity_metadata, event_log_metadata
-        from tally_pipeline.defs.projection import report_refresh
-        from tally_pipeline.sync import SyncInProgress, run_sync
+        from tally_pipeline.sync import SyncInProgress
 
         tags = context.run.tags
         poll_time = parse_rfc3339(tags[POLL_TIME]) if POLL_TIME in tags else to_utc(clock.now())
         run_key = tags.get(RUN_KEY) or f"dagster:{context.run.run_id}"
-        rt = store.runtime
-        settings = rt.config.reconciliation
         header = ["type", "status", "listed", "corrections", "deferred", "reason"]
         failures = []
         for cloud in context.partition_keys:
-            if cloud not in rt.config.clouds and cloud not in clouds:
+            if cloud not in store.config.clouds and cloud not in clouds:
                 raise dg.Failure(f"cloud {cloud!r} is not configured")
         if CLOUD not in tags and len(context.partition_keys) == 1:
             # A run launched from the UI's Materialize or GraphQL has no tally/cloud tag (only
             # dagster/partition, which deploy/embedded/dagster.yaml also limits): add it, so every run names its cloud.
             context.instance.add_run_tags(context.run.run_id, {CLOUD: context.partition_keys[0]})
-        watermark = asset_reads.projection_watermark(rt.store)
-        events = rt.store.event_count()
+        watermark = store.projection_watermark()
+        events = store.event_count()
         for cloud in context.partition_keys:
             try:
-                run = run_sync(rt.store, rt.ingestor, cloud, adapters.adapter(cloud),
-                               settle_window=settings.settle_window, mass_delete_guard=settings.mass_delete_guard,
-                               now=poll_time, run_key=run_key)
+                run = store.sync(cloud, adapters.adapter(cloud), now=poll_time, run_key=run_key)
             except SyncInProgress as exc:
                 raise dg.Failure(str(exc)) from exc
             log = context.log.warning if run.status != "succeeded" else context.log.info
@@ -92,15 +99,15 @@ def reconciliation_defs(clouds: list[str], partitions: dg.PartitionsDefinition) 
                 "by_reason": dg.MetadataValue.json(run.deferrals_by_reason()),
             })
         # The sync wrote events and re-folded the projection inside its body: record both.
-        wrote_events = rt.store.event_count() != events
+        wrote_events = store.event_count() != events
         if wrote_events:
             context.log_event(dg.AssetMaterialization(asset_key="event_log", metadata={
-                **event_log_metadata(rt), "written_by": f"sync_runs ({', '.join(context.partition_keys)})"}))
-            context.log_event(dg.AssetMaterialization(asset_key="cloud_activity", metadata=cloud_activity_metadata(rt)))
-        if asset_reads.projection_watermark(rt.store) != watermark:
-            report_refresh(context, rt, None, f"sync_runs ({', '.join(context.partition_keys)})")
+                **event_log_metadata(store), "written_by": f"sync_runs ({', '.join(context.partition_keys)})"}))
+            context.log_event(dg.AssetMaterialization(asset_key="cloud_activity", metadata=cloud_activity_metadata(store)))
+        if store.projection_watermark() != watermark:
+            report_refresh(context, store, None, f"sync_runs ({', '.join(context.partition_keys)})")
         # Every sync changes what the sync checks see: report them in this run, next to its materialization.
-        alerts.report(context, store, [*alerts.SYNC_CHECKS, *(["events_silent"] if wrote_events else [])])
+        report(context, store, [*SYNC_CHECKS, *(["events_silent"] if wrote_events else [])])
         if failures:
             # Yielding the failed clouds' observations also hands Dagster the events logged above
             # (they are flushed with the next yielded event; a raise alone would drop them).
@@ -127,7 +134,8 @@ def reconciliation_defs(clouds: list[str], partitions: dg.PartitionsDefinition) 
     @dg.sensor(job=job, minimum_interval_seconds=30, default_status=dg.DefaultSensorStatus.RUNNING,
                description="Starts a follow-up sync for a cloud as soon as its deferrals' settle window has passed.")
     def settle_window_sensor(context: dg.SensorEvaluationContext, store: TallyStore):
-        requests = follow_up_requests(store.runtime.store, clouds, datetime.now(UTC))
+        now = datetime.now(UTC)
+        requests = follow_up_requests(store.due_follow_ups(now), clouds, now)
         for request in requests:
             context.log.info(f"follow-up sync for {request.partition_key}: deferrals are ready ({request.run_key})")
         return requests or dg.SkipReason("no deferral has passed its settle window")
@@ -135,27 +143,3 @@ def reconciliation_defs(clouds: list[str], partitions: dg.PartitionsDefinition) 
     return dg.Definitions(assets=[sync_runs], jobs=[job], schedules=[reconciliation_schedule],
                           sensors=[settle_window_sensor])
 
-
-def reconciliation_requests(clouds: list[str], tick: datetime) -> list[dg.RunRequest]:
-    """One run per cloud; the tick time is both poll time and run key, so a retried tick writes the same ids."""
-    tick = to_utc(tick)
-    stamp = format_rfc3339(tick)
-    return [
-        dg.RunRequest(run_key=f"{cloud}@{stamp}", partition_key=cloud,
-                      tags={POLL_TIME: stamp, RUN_KEY: f"tick:{stamp}", CLOUD: cloud})
-        for cloud in sorted(clouds)
-    ]
-
-
-def follow_up_requests(store, clouds: list[str], now: datetime) -> list[dg.RunRequest]:
-    """Clouds whose latest run deferred something that is now due, and that no run has looked at since."""
-    requests = []
-    for cloud, due in asset_reads.due_follow_ups(store, now):
-        if cloud not in clouds:
-            continue
-        stamp = format_rfc3339(to_utc(now))
-        requests.append(dg.RunRequest(
-            run_key=f"{cloud}@follow-up:{format_rfc3339(to_utc(due))}", partition_key=cloud,
-            tags={POLL_TIME: stamp, RUN_KEY: f"follow-up:{stamp}", CLOUD: cloud},
-        ))
-    return requests

@@ -4,9 +4,11 @@
 import dagster as dg
 
 from tally_pipeline.core.timeutil import format_rfc3339, parse_rfc3339, to_utc
-from tally_pipeline.defs.metadata import md_table
-from tally_pipeline.defs.resources import Clock, Ledger
-from tally_pipeline.defs.tags import NOW, POOL
+from tally_pipeline.defs.projection.refresh import refresh_and_report
+from tally_pipeline.orchestration.metadata import md_table
+from tally_pipeline.orchestration.resources import Clock, Ledger
+from tally_pipeline.orchestration.snapshot import write_analyst_snapshot
+from tally_pipeline.orchestration.tags import NOW, POOL
 
 
 @dg.asset(
@@ -59,18 +61,15 @@ def ledger_audit(context: dg.AssetExecutionContext, ledger: Ledger):
 )
 def delta_posting_cycle(context: dg.AssetExecutionContext, ledger: Ledger, clock: dg.ResourceParam[Clock]):
     """One checkpoint-delta cycle at now: post usage through now − ingest_lag minus each checkpoint."""
-    from tally_pipeline.defs.projection import refresh_and_report
-    from tally_pipeline.defs.snapshot import write_analyst_snapshot
-
     tags = context.run.tags
     now = parse_rfc3339(tags[NOW]) if NOW in tags else to_utc(clock.now())
-    refresh_and_report(context, ledger.runtime, "delta_posting_cycle")  # post every stored event; record the fold
+    refresh_and_report(context, ledger, "delta_posting_cycle")  # post every stored event; record the fold
     result = ledger.post(now)
     summary = result.to_dict()
     for skipped in (result.skipped + result.excluded)[:20]:
         context.log.warning(f"skipped {skipped.cloud}/{skipped.project_id}/{skipped.meter}: {skipped.reason}")
     rows = [[account, meter, amount] for account, by_meter in summary["totals"].items() for meter, amount in by_meter.items()]
-    snapshot = write_analyst_snapshot(context, ledger.runtime)
+    snapshot = write_analyst_snapshot(context, ledger)
     yield dg.MaterializeResult(asset_key="ledger_postings", metadata={
         **snapshot,
         "cycle_id": result.cycle_id,
@@ -90,12 +89,3 @@ def delta_posting_cycle(context: dg.AssetExecutionContext, ledger: Ledger, clock
     yield dg.AssetCheckResult(asset_key="ledger_postings", check_name="postings_match_usage", passed=not broken,
                               metadata={"entities": check.entities, "discrepancies": len(broken)})
 
-
-posting_job = dg.define_asset_job(
-    "delta_posting",
-    selection=dg.AssetSelection.assets("ledger_audit", "ledger_postings", "usage_checkpoints"),
-    description="Audit the ledger, then post one checkpoint-delta cycle (skipped when the audit's blocking check fails).",
-)
-posting_schedule = dg.ScheduleDefinition(job=posting_job, cron_schedule="15 * * * *", execution_timezone="UTC",
-                                         default_status=dg.DefaultScheduleStatus.RUNNING,
-                                         description="Every hour at :15, one posting cycle.")

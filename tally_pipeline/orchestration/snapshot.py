@@ -8,14 +8,13 @@ from typing import Any
 
 import dagster as dg
 
+from tally_pipeline.orchestration.resources import TallyDatabase
 
-def write_analyst_snapshot(context: dg.AssetExecutionContext, rt: Any) -> dict[str, Any]:
+
+def write_analyst_snapshot(context: dg.AssetExecutionContext, db: TallyDatabase) -> dict[str, Any]:
     """Write the snapshot when the store is DuckDB and snapshots are on; its folder as asset metadata."""
-    from tally_pipeline.store.snapshot import takes_snapshots, write_snapshot
-
-    settings = rt.config.analytics
-    if not settings.snapshots or not takes_snapshots(rt.store):
+    taken = db.write_analyst_snapshot()
+    if taken is None:
         return {}
-    taken = write_snapshot(rt.store, settings.snapshot_dir)
     context.log.info(f"analyst snapshot in {taken.directory}: {sum(taken.rows.values())} rows over {len(taken.rows)} tables")
     return {"analyst_snapshot": dg.MetadataValue.path(str(taken.directory))}

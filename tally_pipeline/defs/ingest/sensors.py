@@ -1,0 +1,81 @@
+"""What starts ingest runs or records ingest writes: new landing files, and the API's writes."""
+
+import hashlib
+import json
+from datetime import UTC, datetime, timedelta
+
+import dagster as dg
+
+from tally_pipeline.defs.alerts.states import evaluation, states
+from tally_pipeline.defs.ingest.jobs import landing_job
+from tally_pipeline.defs.ingest.landing_folders import file_signature, landing_files, read_landing_cursor
+from tally_pipeline.defs.ingest.metadata import cloud_activity_metadata, dead_letter_metadata, event_log_metadata
+from tally_pipeline.orchestration.resources import TallyStore
+
+
+# Every 30 s, with the automation sensor's 30 s, a write through the API reaches the projections within a
+# minute. The writes are recorded as (runless) materializations, not observations: the rows really were
+# written, and declarative automation reacts to a materializable asset's materializations only.
+@dg.sensor(minimum_interval_seconds=30, default_status=dg.DefaultSensorStatus.RUNNING,
+           description="Records what the API wrote since the last look as materializations of event_log, cloud_activity "
+                       "and dead_letter (with the events_silent check); automation then refreshes the projections.")
+def api_writes(context: dg.SensorEvaluationContext, store: TallyStore) -> dg.SensorResult | dg.SkipReason:
+    events = store.event_count()
+    rejected = store.rejected_count()
+    cursor = f"{events}:{rejected}"
+    if cursor == context.cursor:
+        return dg.SkipReason(f"nothing new: {events} events, {rejected} rejected")
+    before = [int(n) for n in context.cursor.split(":")] if context.cursor else [-1, -1]
+    context.update_cursor(cursor)
+    written: list = []
+    # A sync or a landing run already records its own writes; record only a count nobody recorded, so
+    # automation does not start a projection run for writes the projection already folded.
+    latest = context.instance.get_latest_materialization_event(dg.AssetKey("event_log"))
+    recorded = latest.asset_materialization.metadata.get("dagster/row_count") if latest else None
+    if events != before[0] and (recorded is None or recorded.value != events):
+        written += [
+            dg.AssetMaterialization("event_log", metadata={
+                **event_log_metadata(store), "recorded_by": "api_writes sensor: the count changed since its last look"}),
+            dg.AssetMaterialization("cloud_activity", metadata=cloud_activity_metadata(store)),
+            *[evaluation(s) for s in states(store, ["events_silent"])],
+        ]
+    if rejected != before[1]:
+        written.append(dg.AssetMaterialization("dead_letter", metadata=dead_letter_metadata(store)))
+    return dg.SensorResult(asset_events=written)
+
+
+@dg.sensor(job=landing_job, minimum_interval_seconds=30, default_status=dg.DefaultSensorStatus.RUNNING,
+           description="Starts a landing_files run for each day folder with files it has not seen (new or changed).")
+def landing_files_sensor(context: dg.SensorEvaluationContext, store: TallyStore) -> dg.SensorResult | dg.SkipReason:
+    landing_dir = store.config.landing_dir
+    if landing_dir is None or not landing_dir.is_dir():
+        return dg.SkipReason("no landing_dir configured (or it does not exist)")
+    seen = read_landing_cursor(context.cursor, landing_dir)
+    current: dict[str, str] = {}
+    requests = []
+    today = datetime.now(UTC).date()
+    for folder in sorted(p for p in landing_dir.iterdir() if p.is_dir()):
+        try:
+            day = datetime.strptime(folder.name, "%Y-%m-%d").date()
+        except ValueError:
+            context.log.warning(f"ignoring {folder}: landing folders are named YYYY-MM-DD")
+            continue
+        if day > today + timedelta(days=1):
+            context.log.warning(f"not yet ingesting {folder}: its day is in the future (partitions end tomorrow)")
+            continue
+        changed = []
+        for f in landing_files(landing_dir, folder.name):
+            key = f"{folder.name}/{f.name}"
+            current[key] = file_signature(f)
+            if seen.get(key) != current[key]:
+                changed.append(f"{key}={current[key]}")
+        if changed:
+            context.log.info(f"{folder.name}: {len(changed)} new or changed file(s)")
+            digest = hashlib.sha256("\n".join(changed).encode()).hexdigest()[:16]
+            requests.append(dg.RunRequest(run_key=f"{folder.name}@{digest}", partition_key=folder.name))
+    # The cursor holds exactly the files present now, so it does not grow with deleted files.
+    if current != seen:
+        context.update_cursor(json.dumps(current, sort_keys=True, separators=(",", ":")))
+    if not requests:
+        return dg.SkipReason(f"no new landing files ({len(current)} seen)")
+    return dg.SensorResult(run_requests=requests)

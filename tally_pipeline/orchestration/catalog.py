@@ -1,0 +1,45 @@
+"""The catalog policy, applied to every asset of the code location: kinds name the configured database
+(and the clouds' providers), and each table-backed asset carries its table name and column schema."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import dagster as dg
+
+# asset -> the table it is (the catalog's table name and column schema come from the migrations)
+TABLES = {
+    "event_log": "events", "cloud_activity": "cloud_activity", "dead_letter": "rejected_events",
+    "current_resources": "current_resources", "resource_intervals": "resource_intervals",
+    "projection_state": "projection_state", "sync_runs": "sync_runs", "sync_deferrals": "sync_deferrals",
+    "usage_daily": "usage_daily", "ledger_postings": "ledger_postings", "usage_checkpoints": "usage_checkpoints",
+}
+PLATFORM_ASSETS = ("sync_runs", "sync_deferrals")  # they read the clouds' platform APIs
+
+
+def dialect_of(database: str) -> str:
+    return "duckdb" if database.startswith("duckdb://") else "postgres"
+
+
+def catalog_policy(dialect: str, providers: set[str]) -> Callable[[dg.AssetSpec], dg.AssetSpec]:
+    from tally_pipeline.store.catalog import table_columns
+
+    tables = table_columns(dialect)
+
+    def apply(spec: dg.AssetSpec) -> dg.AssetSpec:
+        name = spec.key.to_user_string()
+        kinds = {k for k in spec.kinds if k not in ("duckdb", "postgres", "python")} | {dialect}
+        if name in PLATFORM_ASSETS:
+            kinds |= providers
+        spec = spec.replace_attributes(kinds=kinds)
+        table = TABLES.get(name)
+        if table is None:
+            return spec
+        schema = dg.TableSchema(columns=[dg.TableColumn(c.name, c.type, description=c.comment) for c in tables[table]])
+        description = spec.description or ""
+        if table != name:
+            description += f" The asset {name} is the table `{table}`."
+        return spec.merge_attributes(metadata={"dagster/table_name": table, "dagster/column_schema": schema}) \
+            .replace_attributes(description=description)
+
+    return apply

@@ -1,0 +1,12 @@
+"""Declarative automation: the conditions the derived assets follow (the sensor that evaluates them
+is defs/automation/sensors.py)."""
+
+import dagster as dg
+
+# eager(), except that a never-materialized asset is filled in on the first tick (eager() only acts on
+# partitions that *become* missing after it is applied, so a new deployment would wait forever).
+FOLLOWS_EVENTS = dg.AutomationCondition.eager().replace("newly_missing", dg.AutomationCondition.missing())
+
+# The event log only records what the ingest core wrote: a day of raw_event_batches that was never
+# materialized (no landing files that day, or any day before the data began) must not hold it back.
+EVENT_LOG = FOLLOWS_EVENTS.without(~dg.AutomationCondition.any_deps_missing())

@@ -1,0 +1,222 @@
+"""One resource per external system: the tally database, the ledger, the clouds' platforms, the clock.
+
+The resources are thin: each names a config file and database (in production ``dg.EnvVar`` settings,
+resolved where the run or sensor executes) and offers the domain operations the assets run, over the
+process's one Runtime for them (``runtimes.runtime_for``). Tests and the demo pass other objects with
+the same methods (a simulated platform, a simulated clock).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
+from datetime import UTC, date, datetime
+from pathlib import Path
+from typing import Any, Protocol
+
+import dagster as dg
+from pydantic import Field, PrivateAttr
+
+from tally_pipeline import alerts, projection
+from tally_pipeline.config import CONFIG_ENV, TallyConfig
+from tally_pipeline.core.alerts import Condition
+from tally_pipeline.dead_letter import PurgeResult, purge_dead_letter
+from tally_pipeline.landing import FileSummary, ingest_file
+from tally_pipeline.orchestration.location import DATABASE_ENV, env_setting
+from tally_pipeline.orchestration.runtimes import runtime_for
+from tally_pipeline.runtime import Runtime
+from tally_pipeline.store import asset_reads
+from tally_pipeline.store.base import RejectedEntry
+
+
+class TallyDatabase(dg.ConfigurableResource):
+    """A tally database and the operations the assets run on it. A step (or a sensor tick) holds it
+    open throughout: an embedded DuckDB file stays open for the step (other processes wait for it)
+    instead of being reopened by every statement group."""
+
+    config_path: str | None = Field(default=None, description="tally config file (YAML); default $TALLY_CONFIG")
+    database: str | None = Field(default=None, description="database URL; overrides the config file's")
+
+    _held: ExitStack | None = PrivateAttr(default=None)
+
+    def _rt(self) -> Runtime:
+        return runtime_for(self.config_path, self.database)
+
+    def setup_for_execution(self, context: dg.InitResourceContext) -> None:
+        self._held = ExitStack()
+        self._held.enter_context(self._rt().store.session())
+
+    def teardown_after_execution(self, context: dg.InitResourceContext) -> None:
+        if self._held is not None:
+            self._held.close()
+            self._held = None
+
+    @contextmanager
+    def session(self) -> Iterator[None]:
+        """Hold the database open for a burst of work outside a step (DuckDB: one open file)."""
+        with self._rt().store.session():
+            yield
+
+    @property
+    def config(self) -> TallyConfig:
+        return self._rt().config
+
+    # -- writes
+
+    def ingest_file(self, path: Path) -> FileSummary:
+        """One landing file through the ingest core."""
+        return ingest_file(self._rt().ingestor, path)
+
+    def refresh_projection(self) -> projection.RefreshResult:
+        """Fold the events stored since the last refresh into the projection tables."""
+        return projection.refresh(self._rt().store)
+
+    def sync(self, cloud: str, adapter: Any, *, now: datetime, run_key: str) -> Any:
+        """One reconciliation run of ``cloud`` against its platform ``adapter``, with the configured settings."""
+        from tally_pipeline.sync import run_sync
+
+        rt = self._rt()
+        settings = rt.config.reconciliation
+        return run_sync(rt.store, rt.ingestor, cloud, adapter, settle_window=settings.settle_window,
+                        mass_delete_guard=settings.mass_delete_guard, now=now, run_key=run_key)
+
+    def recompute_usage_daily(self, first: date, last: date, *, through: datetime) -> Any:
+        from tally_pipeline.ledger.daily import recompute_usage_daily
+
+        rt = self._rt()
+        return recompute_usage_daily(rt.store, rt.registry, first, last, through=through)
+
+    def purge_dead_letter(self, now: datetime) -> PurgeResult:
+        """Delete the dead-letter rows past ``dead_letter.retention_days``."""
+        rt = self._rt()
+        return purge_dead_letter(rt.store, rt.config.dead_letter.retention_days, now)
+
+    def write_analyst_snapshot(self) -> Any | None:
+        """The Parquet snapshot for analysts, when the store is DuckDB and snapshots are on (else None)."""
+        from tally_pipeline.store.snapshot import takes_snapshots, write_snapshot
+
+        rt = self._rt()
+        settings = rt.config.analytics
+        if not settings.snapshots or not takes_snapshots(rt.store):
+            return None
+        return write_snapshot(rt.store, settings.snapshot_dir)
+
+    # -- reads
+
+    def alert_conditions(self, now: datetime) -> dict[str, Condition]:
+        """Every alert's condition over the configured clouds at ``now``."""
+        rt = self._rt()
+        return alerts.evaluate(rt.store, sorted(rt.config.clouds), now, rt.config.alerts.rules())
+
+    def event_count(self) -> int:
+        return self._rt().store.event_count()
+
+    def rejected_count(self) -> int:
+        return asset_reads.rejected_count(self._rt().store)
+
+    def newest_rejected(self, limit: int) -> list[RejectedEntry]:
+        return self._rt().store.rejected(limit=limit)
+
+    def rejected_by_reason(self) -> list[tuple[str, int]]:
+        return asset_reads.rejected_by_reason(self._rt().store)
+
+    def cloud_activity(self) -> list[tuple[str, int, int, datetime | None]]:
+        """Per cloud: collector events, reconciliation events, the last collector event."""
+        return asset_reads.cloud_activity(self._rt().store)
+
+    def resource_statuses(self) -> dict[str, int]:
+        return asset_reads.resource_statuses(self._rt().store)
+
+    def interval_counts(self) -> tuple[int, int]:
+        """All intervals, open intervals."""
+        return asset_reads.interval_counts(self._rt().store)
+
+    def projection_watermark(self) -> int:
+        return asset_reads.projection_watermark(self._rt().store)
+
+    def live_by_cloud_and_type(self) -> list[tuple[str, str, int]]:
+        return asset_reads.live_by_cloud_and_type(self._rt().store)
+
+    def clouds_ever_synced(self) -> set[str]:
+        return asset_reads.clouds_ever_synced(self._rt().store)
+
+    def due_follow_ups(self, now: datetime) -> list[tuple[str, datetime]]:
+        """Clouds whose latest run deferred something due by ``now``, with when it became due."""
+        return asset_reads.due_follow_ups(self._rt().store, now)
+
+    def usage_totals_by_day(self, first: date, last: date) -> dict[date, dict[str, Any]]:
+        return asset_reads.usage_totals_by_day(self._rt().store, first, last)
+
+
+class TallyStore(TallyDatabase):
+    """The tally database: events, dead letter, projections, reconciliation runs, usage."""
+
+
+class Ledger(TallyDatabase):
+    """Where usage is posted: the ledger tables (by default in the tally database itself)."""
+
+    ledger_database: str | None = Field(default=None, description="a separate ledger database URL, if any")
+
+    def _rt(self) -> Runtime:
+        return runtime_for(self.config_path, self.ledger_database or self.database)
+
+    def post(self, now: datetime) -> Any:
+        from tally_pipeline.ledger.poster import post_usage
+
+        rt = self._rt()
+        settings = rt.config.ledger
+        return post_usage(rt.store, rt.registry, now=now, ingest_lag=settings.ingest_lag, window_days=settings.window_days)
+
+    def verify(self) -> Any:
+        from tally_pipeline.ledger.verify import verify
+
+        rt = self._rt()
+        return verify(rt.store, rt.registry)
+
+
+class AdapterSource(Protocol):
+    """Gives the platform adapter of a cloud."""
+
+    def adapter(self, cloud: str) -> Any: ...
+
+
+class PlatformAdapters(dg.ConfigurableResource):
+    """Each configured cloud's platform adapter (openstacksdk, simulated, …), from the config file."""
+
+    config_path: str | None = Field(default=None, description="tally config file (YAML); default $TALLY_CONFIG")
+
+    def adapter(self, cloud: str) -> Any:
+        return runtime_for(self.config_path).adapter(cloud)
+
+
+class Clock(Protocol):
+    def now(self) -> datetime: ...
+
+
+class WallClock(dg.ConfigurableResource):
+    """The real time. The demo swaps in a simulated clock."""
+
+    def now(self) -> datetime:
+        return datetime.now(UTC)
+
+
+def default_resources(config_path: str | None = None, database: str | None = None) -> dict[str, Any]:
+    """The production resources for a config file (None: ``$TALLY_CONFIG``), ``database`` overriding its own."""
+    return {
+        "store": TallyStore(config_path=config_path, database=database),
+        "ledger": Ledger(config_path=config_path, database=database),
+        "adapters": PlatformAdapters(config_path=config_path),
+        "clock": WallClock(),
+    }
+
+
+def _from_environment(name: str) -> dg.EnvVar | None:
+    # An unset EnvVar fails every run that needs the resource; unset here means "not given": the
+    # config file's database, or the default config.
+    return dg.EnvVar(name) if env_setting(name) else None
+
+
+def environment_resources() -> dict[str, Any]:
+    """The production resources as deployed: ``$TALLY_CONFIG`` and ``$TALLY_DATABASE`` are read where each
+    run, sensor tick or check executes (the UI shows them as environment variables)."""
+    return default_resources(_from_environment(CONFIG_ENV), _from_environment(DATABASE_ENV))

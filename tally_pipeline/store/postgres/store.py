@@ -34,6 +34,7 @@ from tally_pipeline.store.errors import Rule, map_exceptions
 from tally_pipeline.store.migrations import MIGRATIONS_TABLE, migrations_for
 from tally_pipeline.store.postgres.locks import INGEST_LOCK, MIGRATION_LOCK
 from tally_pipeline.store.postgres.projection import PostgresProjectionTables
+from tally_pipeline.store.postgres.resource_key import resource_filter
 from tally_pipeline.store.postgres.usage_sql import PostgresUsageSQL
 
 _STAGE = """
@@ -308,6 +309,9 @@ class PostgresStore(Store):
     def query(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
         with self.connection() as conn:
             return conn.execute(sql, list(params) or None).fetchall()
+
+    def resource_events_filter(self, key: tuple[str, str, str]) -> tuple[str, list[Any]]:
+        return resource_filter(key)
 
     def usage_sql(self) -> PostgresUsageSQL:
         return PostgresUsageSQL()

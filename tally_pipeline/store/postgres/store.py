@@ -63,6 +63,16 @@ def _same_event(alias: str, cloud: str, event_id: str) -> str:
             f"AND {alias}.cloud = {cloud} AND {alias}.event_id = {event_id}")
 
 
+def _probe_events(keys: str, columns: str, cloud: str, event_id: str) -> str:
+    """SQL: ``keys`` (a row source), each joined to the held event it names, if any (``columns`` of it, as ``e``).
+
+    One dedup-index probe per key, however the planner estimates the key: as a plain join, a log
+    not yet analysed (a new database's first minutes) is hash-joined by a scan of all of it.
+    """
+    return (f"{keys} CROSS JOIN LATERAL (SELECT {columns} FROM events e "
+            f"WHERE {_same_event('e', cloud, event_id)} LIMIT 1) e")
+
+
 # Every value of an event row goes as text (the timestamps pre-formatted): see ``_copy``.
 _EVENT_COPY_TYPES = ["text"] * 12
 
@@ -139,8 +149,7 @@ class PostgresUnitOfWork(UnitOfWork):
             # cloud is UTF-8 without NUL. Each held key comes back as one JSON text.
             lookup = self.cur.execute(
                 "SELECT pg_advisory_xact_lock_shared(%s), ARRAY(SELECT json_build_array(e.cloud, e.event_id)::text "
-                "FROM json_array_elements(%s::json) AS k JOIN events e "
-                f"ON {_same_event('e', '(k ->> 0)', '(k ->> 1)')})",
+                f"FROM {_probe_events('json_array_elements(%s::json) AS k', 'e.cloud, e.event_id', '(k ->> 0)', '(k ->> 1)')})",
                 (INGEST_LOCK, orjson.dumps(keys).decode()),
             )
             # A savepoint the fallback can roll back to. It is not released on success: COMMIT
@@ -238,8 +247,9 @@ class PostgresUnitOfWork(UnitOfWork):
         if not keys:
             return {}
         rows = self.cur.execute(
-            "SELECT e.cloud, e.event_id, e.content_hash FROM unnest(%s::text[], %s::text[]) AS k (cloud, event_id) "
-            f"JOIN events e ON {_same_event('e', 'k.cloud', 'k.event_id')}",
+            "SELECT e.cloud, e.event_id, e.content_hash FROM "
+            + _probe_events("unnest(%s::text[], %s::text[]) AS k (cloud, event_id)",
+                            "e.cloud, e.event_id, e.content_hash", "k.cloud", "k.event_id"),
             ([k[0] for k in keys], [k[1] for k in keys]),
         ).fetchall()
         return {(cloud, event_id): digest for cloud, event_id, digest in rows}

@@ -174,7 +174,8 @@ def report(d: Drive) -> dict[str, Any]:
             "reconciled_error": round(_error(fixed, truth), 6),
         }
     stats = sim.stream.stats()
-    never_seen = [lc.key for lc in sim.truth if not _has_events(d.reconciled, (lc.cloud, lc.resource_type, lc.resource_id))]
+    never_seen = [lc.key for lc in sim.truth
+                  if not _has_events(d.reconciled, (lc.cloud, lc.resource_type, lc.resource_id))]
     corrections = Counter()
     deferrals = Counter()
     for run in d.runs:

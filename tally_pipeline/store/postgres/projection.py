@@ -2,9 +2,9 @@
 
 Pending events are read through ``events_by_seq``, the touched resources' stored rows through the
 projection tables' primary keys, and the histories re-folded from scratch through
-``events_by_resource`` (a hash of the key: ``resource_key``): each read is bounded by what changed, not by the size of the log. The
-touched keys go to a temporary table (analysed, so the planner sees a few rows and picks the
-indexes) that the reads and deletes join.
+``events_by_resource`` (a hash of the key: ``resource_key``): each read is bounded by what
+changed, not by the size of the log. The touched keys go to a temporary table (analysed, so the
+planner sees a few rows and picks the indexes) that the reads and deletes join.
 
 ``seq`` is assigned at insert, not at commit: ``stable_high_water`` waits for in-flight ingest
 transactions (ingest holds ``INGEST_LOCK`` shared) and reads the sequence, below which every event

@@ -149,7 +149,8 @@ class PostgresUnitOfWork(UnitOfWork):
             # cloud is UTF-8 without NUL. Each held key comes back as one JSON text.
             lookup = self.cur.execute(
                 "SELECT pg_advisory_xact_lock_shared(%s), ARRAY(SELECT json_build_array(e.cloud, e.event_id)::text "
-                f"FROM {_probe_events('json_array_elements(%s::json) AS k', 'e.cloud, e.event_id', '(k ->> 0)', '(k ->> 1)')})",
+                "FROM " + _probe_events("json_array_elements(%s::json) AS k", "e.cloud, e.event_id",
+                                        "(k ->> 0)", "(k ->> 1)") + ")",
                 (INGEST_LOCK, orjson.dumps(keys).decode()),
             )
             # A savepoint the fallback can roll back to. It is not released on success: COMMIT

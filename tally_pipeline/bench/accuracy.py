@@ -90,6 +90,11 @@ def projected_hours(store: Store, cloud: str, resource_type: str, start: datetim
     return Decimal(micros) / Decimal(3_600_000_000)
 
 
+def _has_events(store: Store, key: tuple[str, str, str]) -> bool:
+    where, params = store.resource_events_filter(key)
+    return bool(store.query(f"SELECT 1 FROM events WHERE {where} LIMIT 1", params))
+
+
 def _error(value: Decimal, truth: Decimal) -> float:
     if truth == 0:
         return 0.0 if value == 0 else float("inf")
@@ -169,12 +174,8 @@ def report(d: Drive) -> dict[str, Any]:
             "reconciled_error": round(_error(fixed, truth), 6),
         }
     stats = sim.stream.stats()
-    never_seen = [
-        lc.key for lc in sim.truth
-        if not d.reconciled.query(
-            "SELECT 1 FROM events WHERE cloud = %s AND resource_type = %s AND resource_id = %s LIMIT 1",
-            [lc.cloud, lc.resource_type, lc.resource_id])
-    ]
+    never_seen = [lc.key for lc in sim.truth
+                  if not _has_events(d.reconciled, (lc.cloud, lc.resource_type, lc.resource_id))]
     corrections = Counter()
     deferrals = Counter()
     for run in d.runs:

@@ -34,6 +34,7 @@ from tally_pipeline import projection
 from tally_pipeline.bench.common import peak_rss_mb, timer
 from tally_pipeline.runtime import Runtime
 from tally_pipeline.store.base import StoreUnavailable
+from tally_pipeline.store.postgres.resource_key import same_resource
 
 T = TypeVar("T")
 
@@ -157,7 +158,7 @@ def _lookup_floor(rt: Runtime) -> float:
     if rt.store.dialect == "duckdb":
         sql = f"SELECT count(*) FROM events SEMI JOIN ({pending}) USING ({_KEY})"
     else:
-        sql = f"SELECT count(*) FROM events e JOIN ({pending}) p USING ({_KEY})"
+        sql = f"SELECT count(*) FROM events e JOIN ({pending}) p ON {same_resource('e', 'p')}"
     with timer() as elapsed:
         rt.store.query(sql, (watermark,))
     return elapsed[0]

@@ -222,6 +222,11 @@ class Store(abc.ABC):
     def ping(self) -> None:
         self.query("SELECT 1")
 
+    def resource_events_filter(self, key: tuple[str, str, str]) -> tuple[str, list[Any]]:
+        """A WHERE clause selecting one resource's rows of ``events`` (columns unqualified), and its
+        parameters: written so that it reaches this store's index of a resource's events."""
+        return "cloud = %s AND resource_type = %s AND resource_id = %s", list(key)
+
     @abc.abstractmethod
     def usage_sql(self) -> UsageSQL:
         """The meter rule and row sets in this store's dialect, for statements that compute usage."""

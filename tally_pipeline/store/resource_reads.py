@@ -19,12 +19,8 @@ INVENTORY_COLUMNS = ("cloud", "resource_type", "resource_id", "project_id", "siz
 
 def resource_history(store: Store, key: ResourceKey) -> list[tuple[Any, ...]]:
     """The resource's events in fold order, in ``HISTORY_COLUMNS``."""
-    return store.query(
-        f"SELECT {', '.join(HISTORY_COLUMNS)} FROM events "
-        "WHERE cloud = %s AND resource_type = %s AND resource_id = %s "
-        f"ORDER BY {_FOLD_ORDER}",
-        list(key),
-    )
+    where, params = store.resource_events_filter(key)
+    return store.query(f"SELECT {', '.join(HISTORY_COLUMNS)} FROM events WHERE {where} ORDER BY {_FOLD_ORDER}", params)
 
 
 def resource_intervals(store: Store, key: ResourceKey) -> list[tuple[Any, ...]]:

@@ -2,9 +2,9 @@
 
 Pending events are read through ``events_by_seq``, the touched resources' stored rows through the
 projection tables' primary keys, and the histories re-folded from scratch through
-``events_by_resource``: each read is bounded by what changed, not by the size of the log. The
-touched keys go to a temporary table (analysed, so the planner sees a few rows and picks the
-indexes) that the reads and deletes join.
+``events_by_resource`` (a hash of the key: ``resource_key``): each read is bounded by what
+changed, not by the size of the log. The touched keys go to a temporary table (analysed, so the
+planner sees a few rows and picks the indexes) that the reads and deletes join.
 
 ``seq`` is assigned at insert, not at commit: ``stable_high_water`` waits for in-flight ingest
 transactions (ingest holds ``INGEST_LOCK`` shared) and reads the sequence, below which every event
@@ -18,6 +18,7 @@ from typing import Any
 
 from tally_pipeline.store.postgres.fold import FOLD_TABLE, INTERVALS_INSERT, STATE_INSERT
 from tally_pipeline.store.postgres.locks import INGEST_LOCK, PROJECTION_LOCK
+from tally_pipeline.store.postgres.resource_key import same_resource
 from tally_pipeline.store.projection_tables import INTERVAL_COLUMNS, KEY, STATE_COLUMNS, Key, StoredFold
 
 # The SQL fold's sorts spill to disk past this, per worker. With more, the planner prefers one
@@ -85,7 +86,8 @@ class PostgresProjectionTables:
         # Streamed (server-side cursor): a bulk re-fold never holds all histories here.
         with self.uow.conn.cursor(name="tally_fold_histories") as cur:
             cur.itersize = 20_000
-            cur.execute(f"SELECT {_FOLD_COLUMNS} FROM _refold k JOIN events e USING ({KEY}) ORDER BY {KEY}")
+            cur.execute(f"SELECT {_FOLD_COLUMNS} FROM _refold k JOIN events e ON {same_resource('e', 'k')} "
+                        "ORDER BY e.cloud, e.resource_type, e.resource_id")
             yield from cur
 
     def replace(self, cuts: Sequence[tuple[Key, int]], states: Iterable[tuple], intervals: Iterable[tuple]) -> None:
@@ -124,7 +126,7 @@ class PostgresProjectionTables:
         cur.execute("ANALYZE _touched")
         cur.execute(f"DELETE FROM resource_intervals t USING _touched k WHERE {_KEY_MATCH}")
         cur.execute(f"DELETE FROM current_resources t USING _touched k WHERE {_KEY_MATCH}")
-        self._fold(source=f"events e JOIN _touched k USING ({KEY})")
+        self._fold(source=f"events e JOIN _touched k ON {same_resource('e', 'k')}")
         return int(cur.execute("SELECT count(*) FROM _touched").fetchone()[0])
 
     def _fold(self, *, source: str) -> None:

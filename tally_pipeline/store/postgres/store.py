@@ -34,6 +34,7 @@ from tally_pipeline.store.errors import Rule, map_exceptions
 from tally_pipeline.store.migrations import MIGRATIONS_TABLE, migrations_for
 from tally_pipeline.store.postgres.locks import INGEST_LOCK, MIGRATION_LOCK
 from tally_pipeline.store.postgres.projection import PostgresProjectionTables
+from tally_pipeline.store.postgres.resource_key import resource_filter
 from tally_pipeline.store.postgres.usage_sql import PostgresUsageSQL
 
 _STAGE = """
@@ -60,6 +61,16 @@ def _same_event(alias: str, cloud: str, event_id: str) -> str:
     """SQL: row ``alias`` of events is the event (cloud, event_id), found through the dedup index."""
     return (f"{_dedup_key(f'{alias}.cloud', f'{alias}.event_id')} = {_dedup_key(cloud, event_id)} "
             f"AND {alias}.cloud = {cloud} AND {alias}.event_id = {event_id}")
+
+
+def _probe_events(keys: str, columns: str, cloud: str, event_id: str) -> str:
+    """SQL: ``keys`` (a row source), each joined to the held event it names, if any (``columns`` of it, as ``e``).
+
+    One dedup-index probe per key, however the planner estimates the key: as a plain join, a log
+    not yet analysed (a new database's first minutes) is hash-joined by a scan of all of it.
+    """
+    return (f"{keys} CROSS JOIN LATERAL (SELECT {columns} FROM events e "
+            f"WHERE {_same_event('e', cloud, event_id)} LIMIT 1) e")
 
 
 # Every value of an event row goes as text (the timestamps pre-formatted): see ``_copy``.
@@ -138,8 +149,8 @@ class PostgresUnitOfWork(UnitOfWork):
             # cloud is UTF-8 without NUL. Each held key comes back as one JSON text.
             lookup = self.cur.execute(
                 "SELECT pg_advisory_xact_lock_shared(%s), ARRAY(SELECT json_build_array(e.cloud, e.event_id)::text "
-                "FROM json_array_elements(%s::json) AS k JOIN events e "
-                f"ON {_same_event('e', '(k ->> 0)', '(k ->> 1)')})",
+                "FROM " + _probe_events("json_array_elements(%s::json) AS k", "e.cloud, e.event_id",
+                                        "(k ->> 0)", "(k ->> 1)") + ")",
                 (INGEST_LOCK, orjson.dumps(keys).decode()),
             )
             # A savepoint the fallback can roll back to. It is not released on success: COMMIT
@@ -237,8 +248,9 @@ class PostgresUnitOfWork(UnitOfWork):
         if not keys:
             return {}
         rows = self.cur.execute(
-            "SELECT e.cloud, e.event_id, e.content_hash FROM unnest(%s::text[], %s::text[]) AS k (cloud, event_id) "
-            f"JOIN events e ON {_same_event('e', 'k.cloud', 'k.event_id')}",
+            "SELECT e.cloud, e.event_id, e.content_hash FROM "
+            + _probe_events("unnest(%s::text[], %s::text[]) AS k (cloud, event_id)",
+                            "e.cloud, e.event_id, e.content_hash", "k.cloud", "k.event_id"),
             ([k[0] for k in keys], [k[1] for k in keys]),
         ).fetchall()
         return {(cloud, event_id): digest for cloud, event_id, digest in rows}
@@ -308,6 +320,9 @@ class PostgresStore(Store):
     def query(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
         with self.connection() as conn:
             return conn.execute(sql, list(params) or None).fetchall()
+
+    def resource_events_filter(self, key: tuple[str, str, str]) -> tuple[str, list[Any]]:
+        return resource_filter(key)
 
     def usage_sql(self) -> PostgresUsageSQL:
         return PostgresUsageSQL()

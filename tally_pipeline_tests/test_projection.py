@@ -14,6 +14,8 @@ from tally_pipeline import projection, queries
 from tally_pipeline.core.fold import FoldEvent, fold
 from tally_pipeline.ingest import Ingestor
 from tally_pipeline.store import open_store
+from tally_pipeline.store.projection_duckdb import RESOURCE_KEY
+from tally_pipeline.store.projection_tables import INTERVAL_COLUMNS, STATE_COLUMNS
 
 T0 = datetime(2026, 3, 1, tzinfo=UTC)
 EVENT_TYPES = {
@@ -61,9 +63,26 @@ def table_rows(store) -> tuple[list, list]:
             return json.dumps(value, sort_keys=True)
         return value
 
-    state = store.query("SELECT * FROM current_resources ORDER BY cloud, resource_type, resource_id")
-    intervals = store.query("SELECT * FROM resource_intervals ORDER BY cloud, resource_type, resource_id, interval_no")
+    state = store.query(f"SELECT {', '.join(STATE_COLUMNS)} FROM current_resources ORDER BY cloud, resource_type, resource_id")
+    intervals = store.query(f"SELECT {', '.join(INTERVAL_COLUMNS)} FROM resource_intervals "
+                            "ORDER BY cloud, resource_type, resource_id, interval_no")
+    check_duckdb_lookup_tables(store)
     return [tuple(map(norm, r)) for r in state], [tuple(map(norm, r)) for r in intervals]
+
+
+def check_duckdb_lookup_tables(store) -> None:
+    """On DuckDB: every projection row carries its resource's key, and ``folded_events`` is the folded log."""
+    if store.dialect != "duckdb":
+        return
+    for table in ("current_resources", "resource_intervals", "folded_events"):
+        wrong = store.query(f"SELECT count(*) FROM {table} WHERE resource_key IS DISTINCT FROM {RESOURCE_KEY}")
+        assert wrong == [(0,)], table
+    copied = store.query("SELECT cloud, resource_type, resource_id, event_id, verb, occurred_at, project_id, "
+                         "size::VARCHAR, seq FROM folded_events ORDER BY seq")
+    logged = store.query("SELECT cloud, resource_type, resource_id, event_id, verb, occurred_at, project_id, "
+                         "json_extract(payload, '$.size')::VARCHAR, seq FROM events "
+                         "WHERE seq <= (SELECT watermark FROM projection_state) ORDER BY seq")
+    assert copied == logged
 
 
 def python_fold_of(store) -> tuple[list, list]:

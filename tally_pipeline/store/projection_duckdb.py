@@ -2,17 +2,16 @@
 
 Pending events are found by ``seq``: the log is appended in ``seq`` order, so the row groups'
 min/max statistics skip everything already folded. They join ``folded_events`` as they are folded
-(migration 0012): the fold's columns of the log, in ``seq`` order, with each resource's
-``resource_key``.
+(migration 0012): the fold's columns of the log, in ``seq`` order, each row with its resource's
+``resource_key`` (a BIGINT hash of the key).
 
 The touched resources' stored rows, and the histories of the few re-folded from scratch, are found
-by ``resource_key``, a BIGINT indexed (ART) in ``current_resources``, ``resource_intervals`` and
-``folded_events``. DuckDB probes an ART index only when a scan's one filter is a list of constants
-on the indexed column (a join, or any other filter pushed into the same scan, reads the whole
-table instead), so each of those reads and deletes is ``WHERE resource_key IN (<integers>)`` and
-nothing else. Resources may share a key: the full key is compared here, after the read, and a
-delete removes every row of the keys it names, then writes back the rows that stay (the intervals
-before the cut, and any other resource that shares a key).
+by a semi join on ``resource_key`` alone, against the keys registered from Arrow. DuckDB scans the
+key column of the table (a column store has no cheaper way for a thousand scattered keys: its ART
+index costs more per row found than this scan per row read), pushes a Bloom filter of the keys
+into the scan, and hashes one integer per row instead of three strings. Resources may share a
+``resource_key``, so the full key is compared afterwards, here. Stored rows are deleted by
+``rowid``, read with them in the same transaction: exactly the rows meant.
 
 Writers are serialised (one process holds the file, one thread the write lock), so every event up
 to ``max(seq)`` is committed.
@@ -22,6 +21,7 @@ from __future__ import annotations
 
 import tempfile
 from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from typing import Any
 
 import pyarrow as pa
@@ -32,9 +32,6 @@ from tally_pipeline.store.projection_tables import INTERVAL_COLUMNS, KEY, STATE_
 # The SQL fold sorts every history: above this it spills to disk instead of growing (a rebuild of
 # 8M events would otherwise take 3.5 GB). Set for the fold only, then put back.
 FOLD_MEMORY_LIMIT = "1GB"
-# DuckDB gives up an index scan (and scans the table) once more rows than this match; the default
-# (2,048) is below the rows of a thousand touched resources. Set for the refresh, then put back.
-INDEX_SCAN_MAX_COUNT = 200_000
 # Migration 0012's macro: a resource's key, computed the same way wherever rows are written.
 RESOURCE_KEY = "tally_resource_key(cloud, resource_type, resource_id)"
 
@@ -44,7 +41,6 @@ _FOLD_COLUMNS = "cloud, resource_type, resource_id, event_id, verb, occurred_at,
 _COPY_SELECT = (f"SELECT {RESOURCE_KEY}, cloud, resource_type, resource_id, event_id, verb, occurred_at, project_id, "
                 "json_extract(payload, '$.size'), seq FROM events")
 _STATE_READ = ", ".join(c if c != "size" else "size::VARCHAR" for c in STATE_COLUMNS)
-_INTERVAL_READ = ", ".join(c if c != "size" else "size::VARCHAR" for c in INTERVAL_COLUMNS)
 _TYPES = {"created_at": _UTC, "deleted_at": _UTC, "last_event_at": _UTC, "start_at": _UTC, "end_at": _UTC,
           "last_seq": pa.int64(), "event_count": pa.int32(), "interval_no": pa.int32(), "lifecycle_no": pa.int32()}
 
@@ -53,10 +49,9 @@ class DuckDBProjectionTables:
     def __init__(self, uow: Any):
         self.con = uow.con
         self._keys: dict[Key, int] = {}  # the resource key of each pending resource
-        # Every stored row of the pending resources' keys, as ``stored`` read them: ``replace``
-        # deletes by key and writes back those that stay.
-        self._states: list[tuple] = []
-        self._intervals: list[tuple] = []
+        # Where ``stored`` found each resource's rows, for ``replace`` to delete them.
+        self._state_rowids: dict[Key, int] = {}
+        self._interval_rowids: dict[Key, list[int]] = {}  # by interval number
 
     def bounds(self) -> tuple[int, int]:
         watermark, high = self.con.execute(
@@ -85,55 +80,45 @@ class DuckDBProjectionTables:
         if not keys:
             return []
         wanted = set(keys)
-        in_keys = self._in_list(keys)
-        self._set_index_scan_max_count()
-        self._states = self.con.execute(
-            f"SELECT {_STATE_READ}, resource_key FROM current_resources WHERE resource_key IN ({in_keys})").fetchall()
-        self._intervals = self.con.execute(
-            f"SELECT {_INTERVAL_READ}, resource_key FROM resource_intervals WHERE resource_key IN ({in_keys})"
-        ).fetchall()
-        # Per key: the last interval's number and lifecycle, and the open interval's start.
-        last: dict[Key, tuple[int, int, Any]] = {}
-        for row in self._intervals:
-            key = row[:3]
-            if key not in wanted:
-                continue
-            number, lifecycle, start, end = row[3], row[4], row[7], row[8]
-            before = last.get(key)
-            open_start = start if end is None else None
-            if before is not None:
-                open_start = max((t for t in (before[2], open_start) if t is not None), default=None)
-                number, lifecycle = max(number, before[0]), max(lifecycle, before[1])
-            last[key] = (number, lifecycle, open_start)
+        with self._registered_keys("_keys", keys):
+            states = self.con.execute(
+                f"SELECT {_STATE_READ}, rowid FROM current_resources SEMI JOIN _keys USING (resource_key)").fetchall()
+            intervals = self.con.execute(f"""
+                SELECT {KEY}, max(interval_no), max(lifecycle_no), max(start_at) FILTER (WHERE end_at IS NULL),
+                       list(rowid ORDER BY interval_no)
+                FROM resource_intervals SEMI JOIN _keys USING (resource_key)
+                GROUP BY {KEY}
+            """).fetchall()
+        self._state_rowids = {row[:3]: row[-1] for row in states if row[:3] in wanted}
+        # Numbered from 0 without gaps: an interval's number is its place in the list.
+        self._interval_rowids = {row[:3]: row[-1] for row in intervals if row[:3] in wanted}
+        last = {row[:3]: row[3:6] for row in intervals if row[:3] in wanted}
         return [StoredFold(row[:3], *row[3:-1], *last.get(row[:3], (None, None, None)))
-                for row in self._states if row[:3] in wanted]
+                for row in states if row[:3] in wanted]
 
     def histories(self, keys: Sequence[Key]) -> Iterator[tuple]:
         if not keys:
             return
         wanted = set(keys)
-        self._set_index_scan_max_count()
-        rows = self.con.execute(
-            f"SELECT {_FOLD_COLUMNS} FROM folded_events WHERE resource_key IN ({self._in_list(keys)}) ORDER BY {KEY}"
-        ).fetchall()
+        with self._registered_keys("_refold", keys):
+            rows = self.con.execute(
+                f"SELECT {_FOLD_COLUMNS} FROM folded_events SEMI JOIN _refold USING (resource_key) ORDER BY {KEY}"
+            ).fetchall()
         yield from (row for row in rows if row[:3] in wanted)
 
     def replace(self, cuts: Sequence[tuple[Key, int]], states: Iterable[tuple], intervals: Iterable[tuple]) -> None:
-        states, intervals = list(states), list(intervals)
         if cuts:
-            cut = dict(cuts)
-            cut_keys = {self._keys[key] for key in cut}
-            # Deleted below with their resource keys but not replaced: the intervals before the
-            # cut, and the rows of any other resource that shares a key. Written back as they were.
-            states.extend(row[:-1] for row in self._states if row[-1] in cut_keys and row[:3] not in cut)
-            intervals.extend(row[:-1] for row in self._intervals
-                             if row[-1] in cut_keys and (row[:3] not in cut or row[3] < cut[row[:3]]))
-            in_keys = self._in_list(list(cut))
-            self._set_index_scan_max_count()
-            self.con.execute(f"DELETE FROM current_resources WHERE resource_key IN ({in_keys})")
-            self.con.execute(f"DELETE FROM resource_intervals WHERE resource_key IN ({in_keys})")
-        self._insert("current_resources", STATE_COLUMNS, states)
-        self._insert("resource_intervals", INTERVAL_COLUMNS, intervals)
+            gone_states = [self._state_rowids[key] for key, _ in cuts]
+            gone_intervals = [rowid for key, first in cuts for rowid in self._interval_rowids.get(key, ())[first:]]
+            for table, rowids in (("current_resources", gone_states), ("resource_intervals", gone_intervals)):
+                if rowids:
+                    self.con.register("_gone", pa.table({"id": pa.array(rowids, pa.int64())}))
+                    try:
+                        self.con.execute(f"DELETE FROM {table} WHERE rowid IN (SELECT id FROM _gone)")
+                    finally:
+                        self.con.unregister("_gone")
+        self._insert("current_resources", STATE_COLUMNS, list(states))
+        self._insert("resource_intervals", INTERVAL_COLUMNS, list(intervals))
 
     def fold_in_sql(self, watermark: int, high: int, *, full: bool) -> int:
         con = self.con
@@ -143,8 +128,6 @@ class DuckDBProjectionTables:
             con.execute(f"SET temp_directory = '{tempfile.gettempdir()}/tally-duckdb-spill'")
         try:
             if full:
-                # Every row is rewritten: indexes are built once at the end, not kept row by row.
-                indexes = self._drop_indexes(("folded_events", "resource_intervals", "current_resources"))
                 con.execute("DELETE FROM folded_events")
                 con.execute(f"INSERT INTO folded_events {_COPY_SELECT}")
                 con.execute("DELETE FROM resource_intervals")
@@ -152,11 +135,13 @@ class DuckDBProjectionTables:
                 source = "folded_events"
             else:
                 self._copy_pending(watermark, high)
-                con.execute(f"CREATE OR REPLACE TEMP TABLE _touched AS "
-                            f"SELECT DISTINCT {KEY} FROM folded_events WHERE seq > ? AND seq <= ?", [watermark, high])
-                con.execute(f"DELETE FROM resource_intervals WHERE ({KEY}) IN (SELECT ({KEY}) FROM _touched)")
-                con.execute(f"DELETE FROM current_resources WHERE ({KEY}) IN (SELECT ({KEY}) FROM _touched)")
-                source = f"folded_events SEMI JOIN _touched USING ({KEY})"
+                con.execute(f"CREATE OR REPLACE TEMP TABLE _touched AS SELECT DISTINCT resource_key, {KEY} "
+                            "FROM folded_events WHERE seq > ? AND seq <= ?", [watermark, high])
+                # By resource key: another resource that shares one is deleted and re-folded too.
+                touched = "SEMI JOIN (SELECT DISTINCT resource_key FROM _touched) USING (resource_key)"
+                con.execute(f"DELETE FROM resource_intervals WHERE rowid IN (SELECT rowid FROM resource_intervals {touched})")
+                con.execute(f"DELETE FROM current_resources WHERE rowid IN (SELECT rowid FROM current_resources {touched})")
+                source = f"folded_events {touched}"
             con.execute(FOLD_TABLE.format(source=source))
             con.execute(f"INSERT INTO resource_intervals ({', '.join(INTERVAL_COLUMNS)}, resource_key) {INTERVALS_SELECT}")
             con.execute(f"INSERT INTO current_resources ({', '.join(STATE_COLUMNS)}, resource_key) {STATE_SELECT}")
@@ -164,10 +149,7 @@ class DuckDBProjectionTables:
             count = con.execute(
                 "SELECT count(*) FROM current_resources" if full else "SELECT count(*) FROM _touched"
             ).fetchall()[0][0]
-            if full:
-                for create in indexes:
-                    con.execute(create)
-            else:
+            if not full:
                 con.execute("DROP TABLE _touched")
         finally:
             con.execute(f"SET memory_limit = '{previous[0]}'")
@@ -183,22 +165,15 @@ class DuckDBProjectionTables:
         self.con.execute(f"INSERT INTO folded_events {_COPY_SELECT} WHERE seq > ? AND seq <= ? ORDER BY seq",
                          [watermark, high])
 
-    def _in_list(self, keys: Iterable[Key]) -> str:
-        """The resource keys of ``keys`` as SQL constants (integers this class computed, never text)."""
-        return ", ".join(str(int(k)) for k in {self._keys[key] for key in keys})
-
-    def _set_index_scan_max_count(self) -> None:
-        # SESSION: this unit of work's connection only, gone with it.
-        self.con.execute(f"SET SESSION index_scan_max_count = {INDEX_SCAN_MAX_COUNT}")
-
-    def _drop_indexes(self, tables: Sequence[str]) -> list[str]:
-        """Drop the indexes of ``tables``; return the statements that create them again."""
-        names = ", ".join(f"'{t}'" for t in tables)
-        found = self.con.execute(f"SELECT index_name, sql FROM duckdb_indexes() WHERE table_name IN ({names}) "
-                                 "AND database_name = current_database()").fetchall()
-        for name, _ in found:
-            self.con.execute(f'DROP INDEX "{name}"')
-        return [sql for _, sql in found]
+    @contextmanager
+    def _registered_keys(self, name: str, keys: Iterable[Key]) -> Iterator[None]:
+        """``keys``' resource keys as the one-column table ``name`` (``resource_key``) while in the block."""
+        resource_keys = pa.array(sorted({self._keys[key] for key in keys}), pa.int64())
+        self.con.register(name, pa.table({"resource_key": resource_keys}))
+        try:
+            yield
+        finally:
+            self.con.unregister(name)
 
     def _insert(self, table: str, names: Sequence[str], rows: list[tuple]) -> None:
         if not rows:

@@ -36,7 +36,8 @@ FOLD_MEMORY_LIMIT = "1GB"
 RESOURCE_KEY = "tally_resource_key(cloud, resource_type, resource_id)"
 
 _UTC = pa.timestamp("us", tz="UTC")
-_FOLD_COLUMNS = "cloud, resource_type, resource_id, event_id, verb, occurred_at, project_id, size::VARCHAR, seq"
+_HISTORY_COLUMNS = "event_id, verb, occurred_at, project_id, size::VARCHAR, seq"
+_FOLD_COLUMNS = f"{KEY}, {_HISTORY_COLUMNS}"
 # ``folded_events`` as copied from the log, in its column order.
 _COPY_SELECT = (f"SELECT {RESOURCE_KEY}, cloud, resource_type, resource_id, event_id, verb, occurred_at, project_id, "
                 "json_extract(payload, '$.size'), seq FROM events")
@@ -52,6 +53,8 @@ class DuckDBProjectionTables:
         # Where ``stored`` found each resource's rows, for ``replace`` to delete them.
         self._state_rowids: dict[Key, int] = {}
         self._interval_rowids: dict[Key, list[int]] = {}  # by interval number
+        # Set by ``stored`` when no resource key it met is shared: whose each key is.
+        self._owners: dict[int, Key] = {}
 
     def bounds(self) -> tuple[int, int]:
         watermark, high = self.con.execute(
@@ -83,12 +86,21 @@ class DuckDBProjectionTables:
         with self._registered_keys("_keys", keys):
             states = self.con.execute(
                 f"SELECT {_STATE_READ}, rowid FROM current_resources SEMI JOIN _keys USING (resource_key)").fetchall()
+            # Every resource that has rows in these tables has a state row: if none of them shares a
+            # resource key with another, the key alone tells whose a row is, and the text key
+            # columns need not be read (a quarter of the reads below).
+            owners = {self._keys[key]: key for key in keys}
+            if len(owners) == len(wanted) and all(row[:3] in wanted for row in states):
+                self._owners = owners
+            group = "resource_key" if self._owners else KEY
             intervals = self.con.execute(f"""
-                SELECT {KEY}, max(interval_no), max(lifecycle_no), max(start_at) FILTER (WHERE end_at IS NULL),
+                SELECT {group}, max(interval_no), max(lifecycle_no), max(start_at) FILTER (WHERE end_at IS NULL),
                        list(rowid ORDER BY interval_no)
                 FROM resource_intervals SEMI JOIN _keys USING (resource_key)
-                GROUP BY {KEY}
+                GROUP BY {group}
             """).fetchall()
+        if self._owners:
+            intervals = [(*self._owners[row[0]], *row[1:]) for row in intervals]
         self._state_rowids = {row[:3]: row[-1] for row in states if row[:3] in wanted}
         # Numbered from 0 without gaps: an interval's number is its place in the list.
         self._interval_rowids = {row[:3]: row[-1] for row in intervals if row[:3] in wanted}
@@ -100,11 +112,18 @@ class DuckDBProjectionTables:
         if not keys:
             return
         wanted = set(keys)
+        owners = self._owners
         with self._registered_keys("_refold", keys):
-            rows = self.con.execute(
-                f"SELECT {_FOLD_COLUMNS} FROM folded_events SEMI JOIN _refold USING (resource_key) ORDER BY {KEY}"
-            ).fetchall()
-        yield from (row for row in rows if row[:3] in wanted)
+            if owners:
+                rows = self.con.execute(f"SELECT resource_key, {_HISTORY_COLUMNS} FROM folded_events "
+                                        "SEMI JOIN _refold USING (resource_key) ORDER BY resource_key").fetchall()
+            else:
+                rows = self.con.execute(f"SELECT {_FOLD_COLUMNS} FROM folded_events "
+                                        f"SEMI JOIN _refold USING (resource_key) ORDER BY {KEY}").fetchall()
+        if owners:
+            yield from ((*owners[row[0]], *row[1:]) for row in rows)
+        else:
+            yield from (row for row in rows if row[:3] in wanted)
 
     def replace(self, cuts: Sequence[tuple[Key, int]], states: Iterable[tuple], intervals: Iterable[tuple]) -> None:
         if cuts:

@@ -7,6 +7,7 @@ import random
 import uuid
 from datetime import UTC, datetime, timedelta
 
+import duckdb
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -14,6 +15,7 @@ from tally_pipeline import projection, queries
 from tally_pipeline.core.fold import FoldEvent, fold
 from tally_pipeline.ingest import Ingestor
 from tally_pipeline.store import open_store
+from tally_pipeline.store.migrations import MIGRATIONS_TABLE, migrations_for
 from tally_pipeline.store.projection_duckdb import RESOURCE_KEY
 from tally_pipeline.store.projection_tables import INTERVAL_COLUMNS, STATE_COLUMNS
 
@@ -348,3 +350,33 @@ def test_duckdb_folded_events_are_copied_again_above_a_watermark_moved_back(regi
     assert projection.refresh(store).resources > 0
     assert table_rows(store) == python_fold_of(store)  # and folded_events is the log up to the watermark
     store.close()
+
+
+def test_duckdb_migration_0012_keys_a_folded_projection(tmp_path, registry) -> None:
+    """A database folded before migration 0012 gets its resource keys and folded events, and refreshes on."""
+    url = f"duckdb://{tmp_path / 'old.duckdb'}"
+    con = duckdb.connect(str(tmp_path / "old.duckdb"))
+    con.execute("SET TimeZone = 'UTC'")
+    con.execute(MIGRATIONS_TABLE)
+    for m in migrations_for("duckdb"):
+        if m.version < 12:
+            con.execute(m.sql)
+            con.execute("INSERT INTO schema_migrations (version, name) VALUES (?, ?)", [m.version, m.name])
+    con.close()
+    with open_store(url, migrate=False) as old:
+        ingestor = Ingestor(old, registry)
+        ingestor.ingest(random_history(random.Random(21), "m", 15, 150), origin="t")
+        states, intervals = python_fold_of(old)  # what the release before 0012 had folded
+        old.run(lambda uow: uow.executemany(
+            f"INSERT INTO current_resources ({', '.join(STATE_COLUMNS)}) VALUES ({', '.join(['?'] * len(STATE_COLUMNS))})",
+            states))
+        old.run(lambda uow: uow.executemany(
+            f"INSERT INTO resource_intervals ({', '.join(INTERVAL_COLUMNS)}) "
+            f"VALUES ({', '.join(['?'] * len(INTERVAL_COLUMNS))})", intervals))
+        old.run(lambda uow: uow.execute("UPDATE projection_state SET watermark = (SELECT max(seq) FROM events)"))
+        ingestor.ingest(random_history(random.Random(22), "n", 15, 50), origin="t")  # not folded yet
+    with open_store(url, migrate=True) as store:
+        check_duckdb_lookup_tables(store)
+        assert store.query("SELECT count(*) FROM folded_events")[0][0] == 150
+        assert projection.refresh(store).resources > 0
+        assert table_rows(store) == python_fold_of(store)

@@ -27,7 +27,13 @@ from typing import Any
 import pyarrow as pa
 
 from tally_pipeline.store.fold_duckdb import FOLD_TABLE, INTERVALS_SELECT, STATE_SELECT
-from tally_pipeline.store.projection_tables import INTERVAL_COLUMNS, KEY, STATE_COLUMNS, Key, StoredFold
+from tally_pipeline.store.projection_tables import (
+    INTERVAL_COLUMNS,
+    KEY,
+    STATE_COLUMNS,
+    Key,
+    StoredFold,
+)
 
 # The SQL fold sorts every history: above this it spills to disk instead of growing (a rebuild of
 # 8M events would otherwise take 3.5 GB). Set for the fold only, then put back.

@@ -380,3 +380,14 @@ def test_duckdb_migration_0012_keys_a_folded_projection(tmp_path, registry) -> N
         assert store.query("SELECT count(*) FROM folded_events")[0][0] == 150
         assert projection.refresh(store).resources > 0
         assert table_rows(store) == python_fold_of(store)
+
+
+def test_duckdb_rebuild_copies_the_log_again_when_the_copy_is_not_it(registry) -> None:
+    """A rebuild folds ``folded_events``; rows lost from it behind the projection's back are copied again."""
+    store = open_store("duckdb://:memory:")
+    Ingestor(store, registry).ingest(random_history(random.Random(12), "r", 10, 80), origin="t")
+    projection.refresh(store)
+    store.run(lambda uow: uow.execute("DELETE FROM folded_events WHERE seq % 7 = 0"))
+    projection.rebuild(store)
+    assert table_rows(store) == python_fold_of(store)  # and folded_events is the whole log again
+    store.close()

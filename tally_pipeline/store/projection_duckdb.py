@@ -153,8 +153,14 @@ class DuckDBProjectionTables:
             con.execute(f"SET temp_directory = '{tempfile.gettempdir()}/tally-duckdb-spill'")
         try:
             if full:
-                con.execute("DELETE FROM folded_events")
-                con.execute(f"INSERT INTO folded_events {_COPY_SELECT}")
+                # Folded from the copy, which the refreshes keep; copied whole again only when its
+                # rows are not the log's (a table restored or edited by hand).
+                self._copy_pending(watermark, high)
+                copied, logged = con.execute("SELECT (SELECT count(*) FROM folded_events), "
+                                             "(SELECT count(*) FROM events WHERE seq <= ?)", [high]).fetchall()[0]
+                if copied != logged:
+                    con.execute("DELETE FROM folded_events")
+                    con.execute(f"INSERT INTO folded_events {_COPY_SELECT} WHERE seq <= ?", [high])
                 con.execute("DELETE FROM resource_intervals")
                 con.execute("DELETE FROM current_resources")
                 source = "folded_events"

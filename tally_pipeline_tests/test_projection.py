@@ -7,6 +7,7 @@ import random
 import uuid
 from datetime import UTC, datetime, timedelta
 
+import duckdb
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -14,6 +15,9 @@ from tally_pipeline import projection, queries
 from tally_pipeline.core.fold import FoldEvent, fold
 from tally_pipeline.ingest import Ingestor
 from tally_pipeline.store import open_store
+from tally_pipeline.store.migrations import MIGRATIONS_TABLE, migrations_for
+from tally_pipeline.store.projection_duckdb import RESOURCE_KEY
+from tally_pipeline.store.projection_tables import INTERVAL_COLUMNS, STATE_COLUMNS
 
 T0 = datetime(2026, 3, 1, tzinfo=UTC)
 EVENT_TYPES = {
@@ -61,9 +65,26 @@ def table_rows(store) -> tuple[list, list]:
             return json.dumps(value, sort_keys=True)
         return value
 
-    state = store.query("SELECT * FROM current_resources ORDER BY cloud, resource_type, resource_id")
-    intervals = store.query("SELECT * FROM resource_intervals ORDER BY cloud, resource_type, resource_id, interval_no")
+    state = store.query(f"SELECT {', '.join(STATE_COLUMNS)} FROM current_resources ORDER BY cloud, resource_type, resource_id")
+    intervals = store.query(f"SELECT {', '.join(INTERVAL_COLUMNS)} FROM resource_intervals "
+                            "ORDER BY cloud, resource_type, resource_id, interval_no")
+    check_duckdb_lookup_tables(store)
     return [tuple(map(norm, r)) for r in state], [tuple(map(norm, r)) for r in intervals]
+
+
+def check_duckdb_lookup_tables(store) -> None:
+    """On DuckDB: every projection row carries its resource's key, and ``folded_events`` is the folded log."""
+    if store.dialect != "duckdb":
+        return
+    for table in ("current_resources", "resource_intervals", "folded_events"):
+        wrong = store.query(f"SELECT count(*) FROM {table} WHERE resource_key IS DISTINCT FROM {RESOURCE_KEY}")
+        assert wrong == [(0,)], table
+    copied = store.query("SELECT cloud, resource_type, resource_id, event_id, verb, occurred_at, project_id, "
+                         "size::VARCHAR, seq FROM folded_events ORDER BY seq")
+    logged = store.query("SELECT cloud, resource_type, resource_id, event_id, verb, occurred_at, project_id, "
+                         "json_extract(payload, '$.size')::VARCHAR, seq FROM events "
+                         "WHERE seq <= (SELECT watermark FROM projection_state) ORDER BY seq")
+    assert copied == logged
 
 
 def python_fold_of(store) -> tuple[list, list]:
@@ -282,3 +303,91 @@ def test_incremental_refresh_in_any_batches_equals_the_python_fold_and_the_sql_r
     assert table_rows(store) == expected
     projection.rebuild(store)
     assert table_rows(store) == expected
+
+
+# Every resource below shares one of two resource keys (by the parity of its id's length).
+SHARED_KEYS_MACRO = "CREATE OR REPLACE MACRO tally_resource_key(cloud, resource_type, resource_id) AS length(resource_id) % 2"
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(small_histories(), st.randoms(use_true_random=False), st.integers(min_value=1, max_value=6), st.booleans())
+def test_duckdb_resources_that_share_a_resource_key_are_folded_apart(registry, spec, rng, batch, bulk) -> None:
+    """DuckDB finds stored rows by resource key, which resources may share: each is still its own fold.
+
+    Here every resource shares its key with others, on the Python path (resume, re-fold) and the
+    SQL one (``bulk``), so every lookup and delete meets rows of other resources.
+    """
+    store = open_store("duckdb://:memory:")
+    store.run(lambda uow: uow.execute(SHARED_KEYS_MACRO))
+    prefix = uuid.uuid4().hex[:6]
+    items = [envelope(f"{prefix}-{i:02d}", f"{prefix}-{rid * (1 + i % 2)}", verb, T0 + timedelta(minutes=m), project, gb)
+             for i, rid, verb, m, project, gb in spec]
+    rng.shuffle(items)
+    ingestor = Ingestor(store, registry)
+    limit = projection.PYTHON_FOLD_MAX
+    projection.PYTHON_FOLD_MAX = 0 if bulk else limit
+    try:
+        for start in range(0, len(items), batch):
+            ingestor.ingest(items[start:start + batch], origin="t")
+            projection.refresh(store)
+    finally:
+        projection.PYTHON_FOLD_MAX = limit
+    expected = python_fold_of(store)
+    assert table_rows(store) == expected
+    projection.rebuild(store)
+    assert table_rows(store) == expected
+    store.close()
+
+
+def test_duckdb_folded_events_are_copied_again_above_a_watermark_moved_back(registry) -> None:
+    """A migration that moves the watermark back (as 0007 did) leaves nothing copied twice."""
+    store = open_store("duckdb://:memory:")
+    ingestor = Ingestor(store, registry)
+    ingestor.ingest(random_history(random.Random(9), "w", 10, 80), origin="t")
+    projection.refresh(store)
+    store.run(lambda uow: uow.execute("UPDATE projection_state SET watermark = 30"))
+    ingestor.ingest(random_history(random.Random(10), "v", 10, 40), origin="t")
+    assert projection.refresh(store).resources > 0
+    assert table_rows(store) == python_fold_of(store)  # and folded_events is the log up to the watermark
+    store.close()
+
+
+def test_duckdb_migration_0012_keys_a_folded_projection(tmp_path, registry) -> None:
+    """A database folded before migration 0012 gets its resource keys and folded events, and refreshes on."""
+    url = f"duckdb://{tmp_path / 'old.duckdb'}"
+    con = duckdb.connect(str(tmp_path / "old.duckdb"))
+    con.execute("SET TimeZone = 'UTC'")
+    con.execute(MIGRATIONS_TABLE)
+    for m in migrations_for("duckdb"):
+        if m.version < 12:
+            con.execute(m.sql)
+            con.execute("INSERT INTO schema_migrations (version, name) VALUES (?, ?)", [m.version, m.name])
+    con.close()
+    with open_store(url, migrate=False) as old:
+        ingestor = Ingestor(old, registry)
+        ingestor.ingest(random_history(random.Random(21), "m", 15, 150), origin="t")
+        states, intervals = python_fold_of(old)  # what the release before 0012 had folded
+        old.run(lambda uow: uow.executemany(
+            f"INSERT INTO current_resources ({', '.join(STATE_COLUMNS)}) VALUES ({', '.join(['?'] * len(STATE_COLUMNS))})",
+            states))
+        old.run(lambda uow: uow.executemany(
+            f"INSERT INTO resource_intervals ({', '.join(INTERVAL_COLUMNS)}) "
+            f"VALUES ({', '.join(['?'] * len(INTERVAL_COLUMNS))})", intervals))
+        old.run(lambda uow: uow.execute("UPDATE projection_state SET watermark = (SELECT max(seq) FROM events)"))
+        ingestor.ingest(random_history(random.Random(22), "n", 15, 50), origin="t")  # not folded yet
+    with open_store(url, migrate=True) as store:
+        check_duckdb_lookup_tables(store)
+        assert store.query("SELECT count(*) FROM folded_events")[0][0] == 150
+        assert projection.refresh(store).resources > 0
+        assert table_rows(store) == python_fold_of(store)
+
+
+def test_duckdb_rebuild_copies_the_log_again_when_the_copy_is_not_it(registry) -> None:
+    """A rebuild folds ``folded_events``; rows lost from it behind the projection's back are copied again."""
+    store = open_store("duckdb://:memory:")
+    Ingestor(store, registry).ingest(random_history(random.Random(12), "r", 10, 80), origin="t")
+    projection.refresh(store)
+    store.run(lambda uow: uow.execute("DELETE FROM folded_events WHERE seq % 7 = 0"))
+    projection.rebuild(store)
+    assert table_rows(store) == python_fold_of(store)  # and folded_events is the whole log again
+    store.close()

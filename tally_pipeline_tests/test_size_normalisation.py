@@ -93,6 +93,9 @@ def test_a_landing_file_stores_integers(store, registry, tmp_path: Path) -> None
     assert '"vcpus": 2.0' not in json.dumps(_size_of(store, e["event_id"]))
 
 
+_OLD_FOLDED_SIZE = '{"disk_gb": null, "flavor_name": "m", "ram_mb": 2.5, "vcpus": 2.0}'
+
+
 def test_an_older_history_holding_floats_is_migrated_and_refolded(store_url, registry) -> None:
     _apply_up_to(store_url, 6)
     with open_store(store_url, migrate=False) as old:
@@ -102,8 +105,16 @@ def test_an_older_history_holding_floats_is_migrated_and_refolded(store_url, reg
             "('f1', 'compute.instance.create.end', 'create', 'c1', 'instance', 'srv-1', 'p', "
             "'2026-03-01T00:00:00Z', 'collector', %s, 'h', '2026-03-01T00:00:00Z')",
             ['{"note": 1.5, "size": {"flavor_name": "m", "vcpus": 2.0, "ram_mb": 2.5, "disk_gb": null}}']))
-        projection.refresh(old)
-        assert old.query("SELECT watermark FROM projection_state")[0][0] >= 1
+        # What that release's refresh folded (today's refresh needs today's schema): the float size.
+        old.run(lambda uow: uow.execute(
+            "INSERT INTO current_resources (cloud, resource_type, resource_id, status, project_id, size, created_at, "
+            "deleted_at, last_event_at, last_seq, event_count) VALUES ('c1', 'instance', 'srv-1', 'live', 'p', %s, "
+            "'2026-03-01T00:00:00Z', NULL, '2026-03-01T00:00:00Z', 1, 1)", [_OLD_FOLDED_SIZE]))
+        old.run(lambda uow: uow.execute(
+            "INSERT INTO resource_intervals (cloud, resource_type, resource_id, interval_no, lifecycle_no, project_id, "
+            "size, start_at, end_at) VALUES ('c1', 'instance', 'srv-1', 0, 0, 'p', %s, '2026-03-01T00:00:00Z', NULL)",
+            [_OLD_FOLDED_SIZE]))
+        old.run(lambda uow: uow.execute("UPDATE projection_state SET watermark = 1"))
         old.migrate()
         assert _size_of(old, "f1") == {"flavor_name": "m", "vcpus": 2, "ram_mb": 2.5, "disk_gb": None}
         assert type(_size_of(old, "f1")["vcpus"]) is int
@@ -111,8 +122,10 @@ def test_an_older_history_holding_floats_is_migrated_and_refolded(store_url, reg
         assert (json.loads(payload) if isinstance(payload, str) else payload)["note"] == 1.5
         assert old.query("SELECT watermark FROM projection_state")[0][0] == 0  # refolded from the rewritten event
         projection.refresh(old)
-        size = old.query("SELECT size FROM resource_intervals WHERE resource_id = 'srv-1'")[0][0]
-        assert (json.loads(size) if isinstance(size, str) else size)["vcpus"] == 2
+        sizes = old.query("SELECT size FROM resource_intervals WHERE resource_id = 'srv-1'")
+        assert len(sizes) == 1  # the old fold's interval was replaced
+        vcpus = (json.loads(sizes[0][0]) if isinstance(sizes[0][0], str) else sizes[0][0])["vcpus"]
+        assert vcpus == 2 and type(vcpus) is int
 
 
 def test_reconciliation_books_a_float_size_as_integers_and_converges(store, registry) -> None:

@@ -48,16 +48,18 @@ GROWTH_SIZES = {"duckdb": (1_000_000, 2_000_000, 4_000_000, 8_000_000),
                    "and fit the growth exponent; --events/--resources are then ignored.")
 @click.option("--size", "sizes", type=click.IntRange(min=1000), multiple=True,
               help="With --growth: the log sizes (default 1M-8M events on DuckDB, 250k-2M on Postgres).")
+@click.option("--rounds", type=click.IntRange(min=1), default=1, show_default=True,
+              help="Incremental refreshes timed per log size, each after its own late events; the fastest is reported.")
 @with_runtime
 def bench_projection(rt: Runtime, n_events: int, resources: int, late: int, growth: bool,
-                     sizes: tuple[int, ...]) -> None:
+                     sizes: tuple[int, ...], rounds: int) -> None:
     """Projection rebuild and incremental refresh against a plain window-function floor."""
     from tally_pipeline.bench import projection
 
     if growth:
-        report = projection.growth(rt, sizes=sizes or GROWTH_SIZES[rt.store.dialect], late=late)
+        report = projection.growth(rt, sizes=sizes or GROWTH_SIZES[rt.store.dialect], late=late, rounds=rounds)
     else:
-        report = projection.run(rt, events=n_events, resources=resources, late=late)
+        report = projection.run(rt, events=n_events, resources=resources, late=late, rounds=rounds)
     click.echo(json.dumps(report, indent=2))
 
 

@@ -20,10 +20,12 @@ from __future__ import annotations
 
 KEY = "cloud, resource_type, resource_id"
 
-# ``{source}`` is ``events`` or ``events`` joined to the keys being refreshed.
+# ``{source}`` is ``folded_events`` (the fold's columns of the log, ``size`` taken out of the
+# payload), or that joined to the keys being refreshed. ``resource_key`` is carried through to the
+# projection tables.
 FOLD_CTE = f"""
 ev AS (
-    SELECT {KEY}, seq, event_id, verb, project_id, occurred_at,
+    SELECT {KEY}, resource_key, seq, event_id, verb, project_id, occurred_at,
            row_number() OVER w_fold AS rn,
            coalesce(last_value(CASE WHEN verb IN ('create', 'delete') THEN verb END IGNORE NULLS) OVER (
                w_fold ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING
@@ -36,7 +38,7 @@ ev AS (
                w_fold ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) AS project_prev,
            last_value(CASE WHEN verb IN ('create', 'update') THEN size END IGNORE NULLS) OVER (
                w_fold ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING) AS size_prev
-    FROM (SELECT *, json_extract(payload, '$.size') AS size FROM {{source}})
+    FROM {{source}}
     WINDOW w_fold AS (
         PARTITION BY {KEY}
         ORDER BY occurred_at,
@@ -58,14 +60,14 @@ l2 AS (
 FOLD_TABLE = f"""
 CREATE OR REPLACE TEMP TABLE _fold AS
 WITH {FOLD_CTE}
-SELECT {KEY}, seq, rn, occurred_at, live_after, live_before, is_start, is_update, is_end,
+SELECT {KEY}, resource_key, seq, rn, occurred_at, live_after, live_before, is_start, is_update, is_end,
        project_ff, size_ff, project_prev, size_prev
 FROM l2
 """
 
 INTERVALS_SELECT = f"""
 WITH marks AS (
-    SELECT {KEY}, rn, occurred_at, is_end, project_ff, size_ff,
+    SELECT {KEY}, resource_key, rn, occurred_at, is_end, project_ff, size_ff,
            lead(occurred_at) OVER w_marks AS next_at,
            sum(CASE WHEN is_start THEN 1 ELSE 0 END) OVER (w_marks ROWS UNBOUNDED PRECEDING) - 1 AS lifecycle_no,
            NOT is_end AS is_boundary
@@ -81,7 +83,8 @@ SELECT {KEY},
        project_ff AS project_id,
        size_ff AS size,
        occurred_at AS start_at,
-       next_at AS end_at
+       next_at AS end_at,
+       resource_key
 FROM marks
 WHERE is_boundary AND (next_at IS NULL OR next_at > occurred_at)
 """
@@ -98,7 +101,8 @@ SELECT {KEY},
             THEN max(CASE WHEN is_end THEN occurred_at END) END AS deleted_at,
        max(occurred_at) AS last_event_at,
        max(seq) AS last_seq,
-       count(*)::INTEGER AS event_count
+       count(*)::INTEGER AS event_count,
+       any_value(resource_key) AS resource_key
 FROM _fold
 GROUP BY {KEY}
 """

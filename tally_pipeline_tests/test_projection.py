@@ -16,7 +16,7 @@ from tally_pipeline.core.fold import FoldEvent, fold
 from tally_pipeline.ingest import Ingestor
 from tally_pipeline.store import open_store
 from tally_pipeline.store.migrations import MIGRATIONS_TABLE, migrations_for
-from tally_pipeline.store.projection_duckdb import RESOURCE_KEY
+from tally_pipeline.store.duckdb.projection import RESOURCE_KEY
 from tally_pipeline.store.projection_tables import INTERVAL_COLUMNS, STATE_COLUMNS
 
 T0 = datetime(2026, 3, 1, tzinfo=UTC)

@@ -47,4 +47,6 @@ def histories(uow: Any, dialect: str, keys: Sequence[Key]) -> Iterator[tuple]:
     else:
         from tally_pipeline.store.duckdb.projection import DuckDBProjectionTables
 
-        yield from DuckDBProjectionTables(uow).histories(keys)
+        tables = DuckDBProjectionTables(uow)
+        tables.learn_keys(keys)
+        yield from tables.histories(keys)

@@ -85,6 +85,21 @@ class DuckDBProjectionTables:
             keys[row[1:4]] = row[0]
             yield row[1:]
 
+    def learn_keys(self, keys: Sequence[Key]) -> None:
+        """Compute the resource keys of resources not met among the pending events (for a reader of
+        histories outside a refresh: the poster's late usage)."""
+        missing = [key for key in keys if key not in self._keys]
+        if not missing:
+            return
+        self.con.register("_learn", pa.table({name: [key[i] for key in missing]
+                                              for i, name in enumerate(("cloud", "resource_type", "resource_id"))}))
+        try:
+            rows = self.con.execute(f"SELECT cloud, resource_type, resource_id, {RESOURCE_KEY} FROM _learn").fetchall()
+        finally:
+            self.con.unregister("_learn")
+        for cloud, rtype, rid, resource_key in rows:
+            self._keys[(cloud, rtype, rid)] = resource_key
+
     def stored(self, keys: Sequence[Key]) -> list[StoredFold]:
         if not keys:
             return []

@@ -73,17 +73,9 @@ class _Counts:
 
 def _run(store: Store, *, full: bool) -> RefreshResult:
     started = time.perf_counter()
-    if store.dialect == "duckdb":
-        from tally_pipeline.store.duckdb.projection import DuckDBProjectionTables
-
-        counts = store.run(lambda uow: _fold_pending(DuckDBProjectionTables(uow), full=full))
-    else:
-        from tally_pipeline.store.postgres.projection import PostgresProjectionTables, stable_high_water
-
-        if not full and not pending(store):
-            return RefreshResult(0, read_watermark(store), time.perf_counter() - started, full)
-        high = store.run(stable_high_water)
-        counts = store.run(lambda uow: _fold_pending(PostgresProjectionTables(uow, high), full=full))
+    counts = store.with_projection_tables(lambda tables: _fold_pending(tables, full=full), full=full)
+    if counts is None:  # nothing pending
+        return RefreshResult(0, read_watermark(store), time.perf_counter() - started, full)
     return RefreshResult(counts.resources, counts.watermark, time.perf_counter() - started, full,
                          counts.resumed, counts.refolded)
 

@@ -27,6 +27,7 @@ from tally_pipeline.store.errors import (  # noqa: F401 - the public names stay 
 )
 
 if TYPE_CHECKING:
+    from tally_pipeline.store.projection_tables import ProjectionTables
     from tally_pipeline.store.usage_sql import UsageSQL
 
 T = TypeVar("T")
@@ -230,6 +231,14 @@ class Store(abc.ABC):
     @abc.abstractmethod
     def usage_sql(self) -> UsageSQL:
         """The meter rule and row sets in this store's dialect, for statements that compute usage."""
+
+    @abc.abstractmethod
+    def with_projection_tables(self, work: Callable[[ProjectionTables], T], *, full: bool) -> T | None:
+        """Run ``work`` on this backend's projection tables in one unit of work (a refresh or a rebuild).
+
+        None, without running it, when ``full`` is false and the backend can tell cheaply that no
+        event is pending.
+        """
 
     @abc.abstractmethod
     def load_intervals(self, rows: Sequence[tuple[Any, ...]]) -> None:

@@ -9,11 +9,11 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import duckdb
 import pyarrow as pa
@@ -36,6 +36,8 @@ from tally_pipeline.store.errors import Rule, map_exceptions
 from tally_pipeline.store.migrations import MIGRATIONS_TABLE, migrations_for
 
 _UTC_US = pa.timestamp("us", tz="UTC")
+
+T = TypeVar("T")
 
 
 def _params(sql: str) -> str:
@@ -252,6 +254,10 @@ class DuckDBStore(Store):
 
     def usage_sql(self) -> DuckDBUsageSQL:
         return DuckDBUsageSQL()
+
+    def with_projection_tables(self, work: Callable[[DuckDBProjectionTables], T], *, full: bool) -> T:
+        # writers are serialised here, so the fold's own bounds read is enough to see what is pending
+        return self.run(lambda uow: work(DuckDBProjectionTables(uow)))
 
     def load_intervals(self, rows: Sequence[tuple[Any, ...]]) -> None:
         self.run(lambda uow: DuckDBProjectionTables(uow).replace([], [], rows))

@@ -9,11 +9,11 @@ and never deadlock.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import datetime
 from itertools import chain, islice
-from typing import Any
+from typing import Any, TypeVar
 
 import orjson
 import psycopg
@@ -33,9 +33,10 @@ from tally_pipeline.store.base import (
 from tally_pipeline.store.errors import Rule, map_exceptions
 from tally_pipeline.store.migrations import MIGRATIONS_TABLE, migrations_for
 from tally_pipeline.store.postgres.locks import INGEST_LOCK, MIGRATION_LOCK
-from tally_pipeline.store.postgres.projection import PostgresProjectionTables
+from tally_pipeline.store.postgres.projection import PostgresProjectionTables, stable_high_water
 from tally_pipeline.store.postgres.resource_key import resource_filter
 from tally_pipeline.store.postgres.usage_sql import PostgresUsageSQL
+from tally_pipeline.store.projection_tables import read_watermark, stored_last_seq
 
 _STAGE = """
 CREATE TEMP TABLE IF NOT EXISTS _ingest_stage (
@@ -43,6 +44,8 @@ CREATE TEMP TABLE IF NOT EXISTS _ingest_stage (
     project_id TEXT, occurred_at TIMESTAMPTZ, source TEXT, payload TEXT, content_hash TEXT
 ) ON COMMIT DELETE ROWS
 """
+
+T = TypeVar("T")
 
 
 # While the server looks up which ids are held, this process validates the first records, so that
@@ -326,6 +329,13 @@ class PostgresStore(Store):
 
     def usage_sql(self) -> PostgresUsageSQL:
         return PostgresUsageSQL()
+
+    def with_projection_tables(self, work: Callable[[PostgresProjectionTables], T], *, full: bool) -> T | None:
+        # A refresh with nothing pending takes no lock: the sequence and the watermark tell.
+        if not full and stored_last_seq(self) <= read_watermark(self):
+            return None
+        high = self.run(stable_high_water)
+        return self.run(lambda uow: work(PostgresProjectionTables(uow, high)))
 
     def load_intervals(self, rows: Sequence[tuple[Any, ...]]) -> None:
         # the high-water mark only bounds the projection's reads; the writer does not use it

@@ -88,6 +88,16 @@ def pg_url(pg_databases: PostgresDatabases) -> str:
 
 
 @pytest.fixture
+def pg_store(pg_url: str) -> Iterator[Store]:
+    """A migrated store on a fresh Postgres database, closed after the test."""
+    store = open_store(pg_url, migrate=True)
+    try:
+        yield store
+    finally:
+        store.close()
+
+
+@pytest.fixture
 def registry():
     return default_registry()
 

@@ -5,21 +5,10 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
-import pytest
 
 from tally_pipeline.core.envelope import EventRecord, validate_event
 from tally_pipeline.ingest import Ingestor
-from tally_pipeline.store import open_store
 from tally_pipeline_tests.events import event
-
-
-@pytest.fixture
-def pg_store(pg_url: str):
-    s = open_store(pg_url, migrate=True)
-    try:
-        yield s
-    finally:
-        s.close()
 
 
 def _colliding_ids(store, cloud: str) -> tuple[str, str]:

@@ -8,7 +8,7 @@ import pytest
 
 from tally_pipeline.core.ledger import EntityKey
 from tally_pipeline.ledger.poster import post_usage
-from tally_pipeline.store import StoreBusy, open_store
+from tally_pipeline.store import StoreBusy
 from tally_pipeline.store.base import TransientConflict
 from tally_pipeline_tests.ledger_data import DAY, T0, Row, checkpoints, insert, posted_total, vm
 
@@ -16,11 +16,10 @@ PROJECTS = [f"p{n}" for n in range(6)]
 
 
 @pytest.fixture
-def pg_store(pg_url):
-    store = open_store(pg_url, migrate=True)
-    insert(store, *(Row(p, f"vm-{p}", T0 - DAY, None, vm()) for p in PROJECTS))
-    yield store
-    store.close()
+def pg_store(pg_store):
+    """The root fixture's store, with one server per project."""
+    insert(pg_store, *(Row(p, f"vm-{p}", T0 - DAY, None, vm()) for p in PROJECTS))
+    return pg_store
 
 
 def refuse_postings_for(store, project: str, sqlstate: str) -> None:

@@ -31,7 +31,6 @@ from tally_pipeline.core.verbs import verb_of
 from tally_pipeline.ingest import Ingestor
 from tally_pipeline.ledger.poster import post_usage
 from tally_pipeline.ledger.verify import verify
-from tally_pipeline.store import open_store
 from tally_pipeline_tests.faults import wait_until
 from tally_pipeline_tests.ledger_data import postings
 
@@ -116,49 +115,46 @@ def test_a_cycle_with_nothing_new_dates_nothing_late(quick_store, registry) -> N
 
 
 @pytest.mark.postgres
-def test_a_refresh_waits_for_a_posting_batch_so_its_checkpoints_record_what_it_read(pg_url, registry) -> None:
+def test_a_refresh_waits_for_a_posting_batch_so_its_checkpoints_record_what_it_read(pg_store, pg_url, registry) -> None:
     """A refresh that starts while a batch is open (the API refreshes on every query) waits for it.
     Were it to commit between the batch's statements, the totals would include events its recorded
     watermark does not, and the next cycle would date them a second time."""
-    store = open_store(pg_url, migrate=True)
-    try:
-        items = [volume("create", "vol-a", T - 120 * HOUR, gb=2)]
-        ingest_and_post(store, registry, items, now=T)
-        straggler = [volume("create", "vol-b", T - 47 * HOUR, gb=5), volume("delete", "vol-b", T - 45 * HOUR, project=None)]
-        refreshed = threading.Event()
+    store = pg_store
+    items = [volume("create", "vol-a", T - 120 * HOUR, gb=2)]
+    ingest_and_post(store, registry, items, now=T)
+    straggler = [volume("create", "vol-b", T - 47 * HOUR, gb=5), volume("delete", "vol-b", T - 45 * HOUR, project=None)]
+    refreshed = threading.Event()
 
-        def ingest_and_refresh() -> None:
-            Ingestor(store, registry).ingest(straggler, origin="test")
-            projection.refresh(store)
-            refreshed.set()
+    def ingest_and_refresh() -> None:
+        Ingestor(store, registry).ingest(straggler, origin="test")
+        projection.refresh(store)
+        refreshed.set()
 
-        def blocked_on_the_projection_lock(watcher: psycopg.Connection) -> bool:
-            return bool(watcher.execute(
-                "SELECT 1 FROM pg_locks l JOIN pg_database d ON d.oid = l.database WHERE d.datname = current_database()"
-                " AND l.locktype = 'advisory' AND NOT l.granted").fetchone())
+    def blocked_on_the_projection_lock(watcher: psycopg.Connection) -> bool:
+        return bool(watcher.execute(
+            "SELECT 1 FROM pg_locks l JOIN pg_database d ON d.oid = l.database WHERE d.datname = current_database()"
+            " AND l.locktype = 'advisory' AND NOT l.granted").fetchone())
 
-        racer = threading.Thread(target=ingest_and_refresh)
+    racer = threading.Thread(target=ingest_and_refresh)
 
-        def on_stage(stage: str, info: dict) -> None:
-            if stage != "batch_locked":
-                return
-            racer.start()
-            with psycopg.connect(pg_url, autocommit=True) as watcher:
-                wait_until(lambda: refreshed.is_set() or blocked_on_the_projection_lock(watcher),
-                           "the refresh to finish or to wait for the batch")
-            assert not refreshed.is_set(), "a refresh committed inside an open posting batch"
+    def on_stage(stage: str, info: dict) -> None:
+        if stage != "batch_locked":
+            return
+        racer.start()
+        with psycopg.connect(pg_url, autocommit=True) as watcher:
+            wait_until(lambda: refreshed.is_set() or blocked_on_the_projection_lock(watcher),
+                       "the refresh to finish or to wait for the batch")
+        assert not refreshed.is_set(), "a refresh committed inside an open posting batch"
 
-        second = post_usage(store, registry, now=T + HOUR, ingest_lag=LAG, window_days=WINDOW_DAYS, on_stage=on_stage)
-        racer.join(timeout=60)
-        assert refreshed.is_set()
-        assert second.total("usage", GB_HOURS) == 2  # vol-a's hour; the straggler was not folded yet
+    second = post_usage(store, registry, now=T + HOUR, ingest_lag=LAG, window_days=WINDOW_DAYS, on_stage=on_stage)
+    racer.join(timeout=60)
+    assert refreshed.is_set()
+    assert second.total("usage", GB_HOURS) == 2  # vol-a's hour; the straggler was not folded yet
 
-        third = post_usage(store, registry, now=T + 24 * HOUR, ingest_lag=LAG, window_days=WINDOW_DAYS)
-        # [T − 47 h, T − 45 h) lies before this window (T − 24 h) and was never posted: aged out, once
-        assert third.total("aged_out", GB_HOURS) == 5 * 2
-        assert third.total("usage", GB_HOURS) == 2 * 23  # vol-a, [T, T + 23 h)
-    finally:
-        store.close()
+    third = post_usage(store, registry, now=T + 24 * HOUR, ingest_lag=LAG, window_days=WINDOW_DAYS)
+    # [T − 47 h, T − 45 h) lies before this window (T − 24 h) and was never posted: aged out, once
+    assert third.total("aged_out", GB_HOURS) == 5 * 2
+    assert third.total("usage", GB_HOURS) == 2 * 23  # vol-a, [T, T + 23 h)
 
 
 hours = st.integers(min_value=-8 * 24, max_value=4 * 24)

@@ -3,26 +3,15 @@
 
 from __future__ import annotations
 
-import pytest
 
 from tally_pipeline import projection, queries
 from tally_pipeline.ingest import Ingestor
-from tally_pipeline.store import open_store
 from tally_pipeline.store.postgres import resource_key
 from tally_pipeline.store.postgres.projection import PostgresProjectionTables
 from tally_pipeline.store.resource_reads import resource_history
 from tally_pipeline_tests.events import event
 
 _LARGE = {"flavor_name": "m1.large", "vcpus": 4, "ram_mb": 8192, "disk_gb": 80}
-
-
-@pytest.fixture
-def pg_store(pg_url: str):
-    s = open_store(pg_url, migrate=True)
-    try:
-        yield s
-    finally:
-        s.close()
 
 
 def _resize(resource_id: str, at: str) -> dict:

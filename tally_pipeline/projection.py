@@ -27,7 +27,7 @@ import orjson
 
 from tally_pipeline.core.fold import FoldEvent, FoldStart, Folded, ResourceState, fold
 from tally_pipeline.store.base import Store
-from tally_pipeline.store.projection_tables import Key, ProjectionTables, StoredFold, read_watermark, stored_last_seq
+from tally_pipeline.store.projection_tables import Key, ProjectionTables, StoredFold, read_watermark
 
 # Above this many pending events a refresh is a bulk load: it re-folds the touched resources in SQL
 # (one sorted pass) instead of folding them here one by one.
@@ -56,11 +56,6 @@ def refresh(store: Store) -> RefreshResult:
 def rebuild(store: Store) -> RefreshResult:
     """Re-fold every resource from scratch."""
     return _run(store, full=True)
-
-
-def pending(store: Store) -> bool:
-    """Whether events were stored since the last refresh (no lock taken)."""
-    return stored_last_seq(store) > read_watermark(store)
 
 
 @dataclass(frozen=True)

@@ -83,3 +83,8 @@ def stored_last_seq(store: Store) -> int:
     else:
         row = store.query("SELECT max(seq) FROM events")
     return int(row[0][0] or 0)
+
+
+def pending(store: Store) -> bool:
+    """Whether events were stored since the last refresh (no lock taken)."""
+    return stored_last_seq(store) > read_watermark(store)

@@ -36,7 +36,7 @@ from tally_pipeline.store.postgres.locks import INGEST_LOCK, MIGRATION_LOCK
 from tally_pipeline.store.postgres.projection import PostgresProjectionTables, stable_high_water
 from tally_pipeline.store.postgres.resource_key import resource_filter
 from tally_pipeline.store.postgres.usage_sql import PostgresUsageSQL
-from tally_pipeline.store.projection_tables import read_watermark, stored_last_seq
+from tally_pipeline.store.projection_tables import pending
 
 _STAGE = """
 CREATE TEMP TABLE IF NOT EXISTS _ingest_stage (
@@ -332,7 +332,7 @@ class PostgresStore(Store):
 
     def with_projection_tables(self, work: Callable[[PostgresProjectionTables], T], *, full: bool) -> T | None:
         # A refresh with nothing pending takes no lock: the sequence and the watermark tell.
-        if not full and stored_last_seq(self) <= read_watermark(self):
+        if not full and not pending(self):
             return None
         high = self.run(stable_high_water)
         return self.run(lambda uow: work(PostgresProjectionTables(uow, high)))

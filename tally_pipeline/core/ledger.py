@@ -16,7 +16,7 @@ from typing import Literal, NamedTuple
 from tally_pipeline.core.fold import Interval as FoldedInterval
 from tally_pipeline.core.registry import Meter
 from tally_pipeline.core.timeutil import format_rfc3339, to_utc
-from tally_pipeline.core.usage import Interval, MeterValueError, interval_usage_micro
+from tally_pipeline.core.usage import Interval, usage_by_entity
 
 Account = Literal["usage", "aged_out"]
 USAGE: Account = "usage"
@@ -181,6 +181,7 @@ def late_span(checkpoint: Checkpoint, window: CycleWindow, watermark: int) -> tu
 def usage_moved(
     meters: Iterable[Meter],
     cloud: str,
+    resource_type: str,
     now: Iterable[FoldedInterval],
     then: Iterable[FoldedInterval],
     start: datetime,
@@ -190,20 +191,13 @@ def usage_moved(
     ``now``, per entity (an interval's project is its entity's), with the ledger's per-interval
     rule. An interval the meters cannot read counts nothing, as in the totals, which report it.
     """
-    meters = list(meters)
-    out: dict[EntityKey, int] = {}
-    for sign, intervals in ((1, now), (-1, then)):
-        for iv in intervals:
-            interval = Interval(iv.start, iv.end, iv.size)
-            for meter in meters:
-                try:
-                    micro = interval_usage_micro(meter, interval, end) - interval_usage_micro(meter, interval, start)
-                except MeterValueError:
-                    continue
-                if micro:
-                    key = EntityKey(cloud, iv.project_id, meter.name)
-                    out[key] = out.get(key, 0) + sign * micro
-    return {key: micro for key, micro in out.items() if micro}
+    def by_entity(intervals: Iterable[FoldedInterval]) -> dict[tuple[str, str, str], int]:
+        rows = [(cloud, iv.project_id, resource_type, Interval(iv.start, iv.end, iv.size)) for iv in intervals]
+        return usage_by_entity(meters, rows, start, end, skip_unreadable=True)
+
+    gained, lost = by_entity(now), by_entity(then)
+    moved = {EntityKey(*key): gained.get(key, 0) - lost.get(key, 0) for key in gained.keys() | lost.keys()}
+    return {key: micro for key, micro in moved.items() if micro}
 
 
 def needs_posting(checkpoint_clamp: datetime | None, window: CycleWindow, entity: EntityKey | None = None) -> bool:

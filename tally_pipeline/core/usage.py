@@ -107,17 +107,31 @@ Entity = tuple[str, str, str]
 
 
 def usage_by_entity(
-    meters: Iterable[Meter], intervals: Iterable[tuple[str, str, str, Interval]], start: datetime, end: datetime
+    meters: Iterable[Meter],
+    intervals: Iterable[tuple[str, str, str, Interval]],
+    start: datetime,
+    end: datetime,
+    *,
+    skip_unreadable: bool = False,
 ) -> dict[Entity, int]:
     """Micro-units per (cloud, project, meter) dated in ``[start, end)``, from (cloud, project_id,
-    resource_type, interval) rows, with the ledger's per-interval rule (so days telescope)."""
+    resource_type, interval) rows, with the ledger's per-interval rule (so days telescope).
+
+    An interval whose size a meter cannot read raises ``MeterValueError``, or with
+    ``skip_unreadable`` counts nothing for that meter, as in the ledger's totals (which report it).
+    """
     by_type: dict[str, list[Meter]] = {}
     for meter in meters:
         by_type.setdefault(meter.resource_type, []).append(meter)
     out: dict[Entity, int] = {}
     for cloud, project_id, resource_type, interval in intervals:
         for meter in by_type.get(resource_type, ()):
-            micro = interval_usage_micro(meter, interval, end) - interval_usage_micro(meter, interval, start)
+            try:
+                micro = interval_usage_micro(meter, interval, end) - interval_usage_micro(meter, interval, start)
+            except MeterValueError:
+                if not skip_unreadable:
+                    raise
+                continue
             key = (cloud, project_id, meter.name)
             out[key] = out.get(key, 0) + micro
     return out

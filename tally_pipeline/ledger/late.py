@@ -43,16 +43,11 @@ def late_usage(
     keys = ledger_late.late_resources(uow, since, upto, end)
     if not keys:
         return {}
-    by_type: dict[str, list[Meter]] = {}
-    for meter in meters:
-        by_type.setdefault(meter.resource_type, []).append(meter)
+    meters = list(meters)
     out: dict[EntityKey, int] = {}
     for (cloud, resource_type, _), events in fold_rows_by_resource(ledger_late.histories(uow, dialect, keys)):
-        of_type = by_type.get(resource_type)
-        if not of_type:
-            continue
-        moved = usage_moved(of_type, cloud, _intervals_as_of(events, upto), _intervals_as_of(events, since),
-                            start, end)
+        moved = usage_moved(meters, cloud, resource_type, _intervals_as_of(events, upto),
+                            _intervals_as_of(events, since), start, end)
         for key, micro in moved.items():
             out[key] = out.get(key, 0) + micro
     return out

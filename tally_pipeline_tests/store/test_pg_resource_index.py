@@ -7,7 +7,7 @@ from __future__ import annotations
 from tally_pipeline import projection, queries
 from tally_pipeline.ingest import Ingestor
 from tally_pipeline.store.postgres import resource_key
-from tally_pipeline.store.postgres.projection import PostgresProjectionTables
+from tally_pipeline.store.postgres.projection import PostgresProjectionTables, history_sql
 from tally_pipeline.store.resource_reads import resource_history
 from tally_pipeline_tests.events import event
 
@@ -66,3 +66,34 @@ def test_resources_whose_hashes_collide_keep_their_own_histories(pg_store, regis
     # b's late resize is before its create: it stays at the size it was created with
     lifecycle = queries.lifecycle(pg_store, "region-one", "instance", "b")
     assert lifecycle is not None and [i["size"]["flavor_name"] for i in lifecycle] == ["m1.small"]
+
+
+def _generated_log(events: int, resources: int) -> str:
+    return (
+        "INSERT INTO events (event_id, event_type, verb, cloud, resource_type, resource_id, project_id, "
+        "occurred_at, source, payload, content_hash, received_at) "
+        "SELECT 'g-' || g, 'compute.instance.update', 'update', 'region-one', 'instance', 'srv-' || mod(g, "
+        f"{resources}), 'p', timestamptz '2026-01-01' + g * interval '1 second', 'collector', "
+        f"'{{\"size\": {{\"vcpus\": 1}}}}'::jsonb, md5(g::text), now() FROM generate_series(1, {events}) AS g"
+    )
+
+
+def test_the_refold_probes_the_index_even_on_a_log_not_yet_analysed(pg_store) -> None:
+    """A bulk-loaded log has no statistics until autovacuum gets to it: the planner then guesses 0.5 %
+    of the log per key, and a plain join of 400 keys was planned as a hash join over the whole log."""
+    pg_store.run(lambda uow: uow.execute("ALTER TABLE events SET (autovacuum_enabled = false)"))
+    pg_store.run(lambda uow: uow.execute(_generated_log(200_000, 20_000)))
+    assert pg_store.query("SELECT last_analyze, last_autoanalyze FROM pg_stat_user_tables "
+                          "WHERE relname = 'events'") == [(None, None)]
+    keys = [("region-one", "instance", f"srv-{n}") for n in range(0, 20_000, 50)]
+
+    def plan(uow) -> str:
+        PostgresProjectionTables(uow, 0)._keys_table("_refold", keys)
+        return "\n".join(r[0] for r in uow.fetchall(f"EXPLAIN {history_sql('_refold')}"))
+    text = pg_store.run(plan)
+    assert "events_by_resource" in text and "Seq Scan on events" not in text, text
+
+    def read(uow) -> list:
+        return list(PostgresProjectionTables(uow, 0).histories(keys))
+    rows = pg_store.run(read)
+    assert len(rows) == 400 * 10 and {row[2] for row in rows} == {key[2] for key in keys}

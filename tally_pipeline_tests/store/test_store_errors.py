@@ -55,5 +55,8 @@ def test_a_scratch_schema_is_empty_migrated_and_dropped(pg_url) -> None:
             assert scratch.query("SELECT count(*) FROM usage_checkpoints") == [(0,)]
             schema = scratch.query("SELECT current_schema()")[0][0]
             assert schema.startswith("tally_bench_")
+            # the store's own server options (no JIT) join the URL's search_path, not replace it
+            assert scratch.query("SHOW jit") == [("off",)]
+        assert target.query("SHOW jit") == [("off",)]
         assert target.query("SELECT count(*) FROM pg_namespace WHERE nspname = %s", [schema]) == [(0,)]
         assert target.query("SELECT count(*) FROM usage_checkpoints") == [(1,)]

@@ -16,7 +16,18 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
-from tally_pipeline.store.postgres.fold import FOLD_TABLE, INTERVALS_INSERT, STATE_INSERT
+from tally_pipeline.store.postgres.fold import (
+    DICTIONARIES,
+    DICTIONARY_SIZES,
+    DROP_DICTIONARIES,
+    FOLD_TABLE,
+    ID_MASK,
+    INTERVALS_INSERT,
+    INTERVALS_SELECT,
+    STATE_INSERT,
+    STATE_SELECT,
+)
+from tally_pipeline.store.postgres.fold import rewrite as fold_rewrite
 from tally_pipeline.store.postgres.locks import INGEST_LOCK, PROJECTION_LOCK
 from tally_pipeline.store.postgres.resource_key import same_resource
 from tally_pipeline.store.projection_tables import INTERVAL_COLUMNS, KEY, STATE_COLUMNS, Key, StoredFold
@@ -28,6 +39,8 @@ FOLD_WORK_MEM = "64MB"
 # ``size`` as text: decoded once per distinct value by the fold's reader, not per row by the driver.
 _FOLD_COLUMNS = ("e.cloud, e.resource_type, e.resource_id, e.event_id, e.verb, e.occurred_at, e.project_id, "
                  "(e.payload -> 'size')::text, e.seq")
+STATE_KEY = ("cloud", "resource_type", "resource_id")
+INTERVAL_KEY = (*STATE_KEY, "interval_no")
 _KEY_MATCH = "(t.cloud, t.resource_type, t.resource_id) = (k.cloud, k.resource_type, k.resource_id)"
 
 
@@ -131,8 +144,7 @@ class PostgresProjectionTables:
         cur.execute("SET LOCAL parallel_setup_cost = 0")
         cur.execute("SET LOCAL parallel_tuple_cost = 0")
         if full:
-            cur.execute("TRUNCATE resource_intervals, current_resources")
-            self._fold(source="events e")
+            self._fold(source="events e", rewrite=True)
             return int(cur.execute("SELECT count(*) FROM current_resources").fetchone()[0])
         cur.execute(f"CREATE TEMP TABLE _touched ON COMMIT DROP AS "
                     f"SELECT DISTINCT {KEY} FROM events WHERE seq > %s AND seq <= %s", (watermark, high))
@@ -142,11 +154,27 @@ class PostgresProjectionTables:
         self._fold(source=f"events e JOIN _touched k ON {same_resource('e', 'k')}")
         return int(cur.execute("SELECT count(*) FROM _touched").fetchone()[0])
 
-    def _fold(self, *, source: str) -> None:
-        self.cur.execute(FOLD_TABLE.format(source=source))
-        self.cur.execute(STATE_INSERT)
-        self.cur.execute(INTERVALS_INSERT)
-        self.cur.execute("DROP TABLE _fold")
+    def _fold(self, *, source: str, rewrite: bool = False) -> None:
+        """Fold ``source``'s histories and write them: inserted (their old rows are gone), or with
+        ``rewrite`` compared with the stored tables, which keep the rows that are unchanged."""
+        cur = self.cur
+        for statement in DICTIONARIES:
+            cur.execute(statement.format(source=source))
+        sizes, projects = cur.execute(DICTIONARY_SIZES).fetchone()
+        if max(sizes, projects) > ID_MASK:  # a code would not hold the id: refuse rather than fold wrong
+            raise ValueError(f"the SQL fold takes at most {ID_MASK} distinct sizes and projects "
+                             f"({sizes} sizes, {projects} projects)")
+        cur.execute(FOLD_TABLE.format(source=source))
+        if rewrite:
+            for table, columns, key, select in (("current_resources", STATE_COLUMNS, STATE_KEY, STATE_SELECT),
+                                                ("resource_intervals", INTERVAL_COLUMNS, INTERVAL_KEY, INTERVALS_SELECT)):
+                for statement in fold_rewrite(table, columns, key, select):
+                    cur.execute(statement)
+        else:
+            cur.execute(STATE_INSERT)
+            cur.execute(INTERVALS_INSERT)
+        cur.execute("DROP TABLE _fold")
+        cur.execute(DROP_DICTIONARIES)
 
     def set_watermark(self, high: int) -> None:
         self.uow.execute("UPDATE projection_state SET watermark = %s WHERE name = 'resources'", (high,))

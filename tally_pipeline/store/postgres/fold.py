@@ -20,9 +20,11 @@ for what Postgres lacks and for what its sort and window passes cost:
   needs of the whole history (its position is the event count; a running ``max`` the last seq).
 
 Whether the resource was live just before a row is read off the code of the last create or
-delete before it (its position, and one bit: create). Both window passes share one ordering (the inner one's output is already sorted), so the history
-is sorted once, in parallel where the planner can (the dictionaries are unlogged tables, not
-temporary ones, because parallel workers cannot read another session's temporary tables).
+delete before it (its position, and one bit: create). Both window passes share one ordering (the
+inner one's output is already sorted), so the history is sorted once, in parallel where the
+planner can: the dictionaries are unlogged tables, not temporary ones, because parallel workers
+cannot read the leader's temporary tables. They live for the transaction only (refreshes and
+rebuilds hold the projection lock, so two never meet).
 """
 
 from __future__ import annotations
@@ -40,12 +42,12 @@ _SIZE = "nullif(e.payload -> 'size', 'null'::jsonb)"
 
 # ``{source}`` is ``events e`` or ``events e`` joined to the keys being refreshed.
 DICTIONARIES = (
-    f"CREATE TEMP TABLE _fold_values ON COMMIT DROP AS "
-    f"SELECT {_SIZE} AS size, e.project_id FROM {{source}} GROUP BY 1, 2",
-    f"CREATE UNLOGGED TABLE {SIZES} AS SELECT row_number() OVER () AS id, size "
-    "FROM (SELECT DISTINCT size FROM _fold_values WHERE size IS NOT NULL) d",
-    f"CREATE UNLOGGED TABLE {PROJECTS} AS SELECT row_number() OVER () AS id, project_id "
-    "FROM (SELECT DISTINCT project_id FROM _fold_values WHERE project_id IS NOT NULL) d",
+    (f"CREATE TEMP TABLE _fold_values ON COMMIT DROP AS "
+     f"SELECT {_SIZE} AS size, e.project_id FROM {{source}} GROUP BY 1, 2"),
+    (f"CREATE UNLOGGED TABLE {SIZES} AS SELECT row_number() OVER () AS id, size "
+     "FROM (SELECT DISTINCT size FROM _fold_values WHERE size IS NOT NULL) d"),
+    (f"CREATE UNLOGGED TABLE {PROJECTS} AS SELECT row_number() OVER () AS id, project_id "
+     "FROM (SELECT DISTINCT project_id FROM _fold_values WHERE project_id IS NOT NULL) d"),
     f"ANALYZE {SIZES}",
     f"ANALYZE {PROJECTS}",
 )
@@ -143,7 +145,7 @@ FROM (
                sum(CASE WHEN is_start THEN 1 ELSE 0 END) OVER marks - 1 AS lifecycle_no
         FROM _fold
         WHERE is_mark
-        -- in the order _fold was written in (its rows come out of the fold sorted so)
+        -- the order the fold wrote _fold in: this sort finds its input in order
         WINDOW marks AS (PARTITION BY rkey, {KEY} ORDER BY rn ROWS UNBOUNDED PRECEDING)
     ) marks
     WHERE NOT is_end AND (next_at IS NULL OR next_at > occurred_at)
@@ -165,23 +167,26 @@ INSERT INTO resource_intervals (cloud, resource_type, resource_id, interval_no, 
 """
 
 
+def changed_rows(table: str, columns: tuple[str, ...], key: tuple[str, ...], select: str) -> str:
+    """SQL: ``_changed``, the fold's rows (``select``) that differ from ``table``'s, with the stored
+    key of each stored row that differs (``old_<key>``; NULL for a new key).
 
-
-def rewrite(table: str, columns: tuple[str, ...], key: tuple[str, ...], select: str) -> tuple[str, ...]:
-    """A rebuild's write of ``table`` from the fold's rows (``select``): statements to run in order.
-
-    The rows are compared with the stored ones in one join: those equal to their re-fold are left
-    where they are (sizes compared as jsonb), the others are deleted and the new rows inserted. So
-    a rebuild rewrites only what changed, and readers are never locked out as a TRUNCATE would.
+    One join compares the two: rows equal to their re-fold (sizes compared as jsonb) are not in it.
     """
-    names = ", ".join(columns)
     old = ", ".join(f"t.{c} AS old_{c}" for c in key)
     same = " AND ".join(f"n.{c} IS NOT DISTINCT FROM t.{c}" for c in columns if c not in key)
-    return (
-        f"CREATE TEMP TABLE _changed ON COMMIT DROP AS SELECT n.*, {old} "
-        f"FROM ({select}) n FULL JOIN {table} t ON {' AND '.join(f'n.{c} = t.{c}' for c in key)} "
-        f"WHERE n.{key[0]} IS NULL OR t.{key[0]} IS NULL OR NOT ({same})",
-        f"DELETE FROM {table} t USING _changed c WHERE {' AND '.join(f't.{c} = c.old_{c}' for c in key)}",
-        f"INSERT INTO {table} ({names}) SELECT {names} FROM _changed WHERE {key[0]} IS NOT NULL",
-        "DROP TABLE _changed",
-    )
+    return (f"CREATE TEMP TABLE _changed ON COMMIT DROP AS SELECT n.*, {old} "
+            f"FROM ({select}) n FULL JOIN {table} t ON {' AND '.join(f'n.{c} = t.{c}' for c in key)} "
+            f"WHERE n.{key[0]} IS NULL OR t.{key[0]} IS NULL OR NOT ({same})")
+
+
+def changed_counts(table: str, key: tuple[str, ...]) -> str:
+    """SQL: (stored rows that differ, all stored rows) of ``table``, after ``changed_rows``."""
+    return f"SELECT count(old_{key[0]}), (SELECT count(*) FROM {table}) FROM _changed"
+
+
+def write_changes(table: str, columns: tuple[str, ...], key: tuple[str, ...]) -> tuple[str, str]:
+    """SQL: delete the stored rows that differ, insert the fold's rows that are not stored."""
+    names = ", ".join(columns)
+    return (f"DELETE FROM {table} t USING _changed c WHERE {' AND '.join(f't.{c} = c.old_{c}' for c in key)}",
+            f"INSERT INTO {table} ({names}) SELECT {names} FROM _changed WHERE {key[0]} IS NOT NULL")

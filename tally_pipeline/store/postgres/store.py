@@ -79,7 +79,10 @@ def _probe_events(keys: str, columns: str, cloud: str, event_id: str) -> str:
 
 def _options_with_jit_off(url: str) -> str:
     """The URL's own server ``options`` (a scratch store's search_path, say), plus ``jit=off``."""
-    own = conninfo_to_dict(url).get("options") or ""
+    try:
+        own = conninfo_to_dict(url).get("options") or ""
+    except psycopg.Error:  # a malformed URL: connecting fails with the store's own (redacted) error
+        own = ""
     return f"{own} -c jit=off".strip()
 
 

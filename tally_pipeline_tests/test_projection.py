@@ -8,6 +8,7 @@ import uuid
 from datetime import UTC, datetime, timedelta
 
 import duckdb
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -196,6 +197,23 @@ def test_large_refresh_folds_in_sql_and_equals_small_refreshes(tmp_path, store_u
     strip_seq = lambda rows: [r[:9] + r[10:] for r in rows]  # noqa: E731 - seq differs between the passes
     assert strip_seq(tables[0][0]) == strip_seq(tables[1][0])
     assert tables[0][1] == tables[1][1]
+
+
+@pytest.mark.parametrize("touched", [6, 70])
+def test_a_bulk_refresh_of_few_or_most_resources_equals_the_python_fold(store, registry, monkeypatch,
+                                                                        touched) -> None:
+    """A bulk refresh folds in SQL either the touched resources' histories (a few of those stored)
+    or everything, writing only what differs (most of them): both give the Python fold's tables."""
+    rng = random.Random(touched)
+    ingestor = Ingestor(store, registry)
+    list(ingestor.ingest_stream(random_history(rng, "b", 80, 800), origin="t"))
+    projection.refresh(store)
+    monkeypatch.setattr(projection, "PYTHON_FOLD_MAX", 0)  # every refresh below is a bulk one
+    late = [item for item in random_history(rng, "late", 80, 600) if int(item["resource_id"].split("-")[-1]) < touched]
+    ingestor.ingest([dict(item, resource_id=item["resource_id"].replace("late", "b")) for item in late], origin="t")
+    refreshed = projection.refresh(store)
+    assert refreshed.resources == len({item["resource_id"] for item in late})
+    assert table_rows(store) == python_fold_of(store)
 
 
 def test_later_events_resume_the_stored_fold_and_only_late_ones_refold_history(store, registry) -> None:

@@ -4,6 +4,8 @@ Setup (not timed) bulk-loads N synthetic events over M instances straight into `
 create, resizes and notes, and for some a delete, per resource. Then, on the same data:
 
 - ``rebuild_s``: ``projection.rebuild`` (both tables from scratch), best of two like the floor;
+  ``rebuild_from_empty_s`` once more into emptied tables (on Postgres the first writes only what
+  differs from the stored rows, which over an up-to-date projection is nothing);
 - ``floor_s``: the plain window-function query that picks each resource's latest event, written to
   a table — a floor no fold can beat, since a fold must at least sort every history;
 - ``incremental_s``: a refresh after 1,000 late events scattered over the history, ingested
@@ -173,6 +175,16 @@ def _timed_rebuild(rt: Runtime) -> tuple[float, projection.RefreshResult]:
     return elapsed[0], result
 
 
+def _rebuild_from_empty(rt: Runtime) -> tuple[float, projection.RefreshResult]:
+    """A rebuild that must write every row: the projection tables emptied first (not timed).
+
+    A Postgres rebuild writes only the rows that differ from the stored ones, so one over an up to
+    date projection (``rebuild_s``) writes nothing; this is the other end, a first build.
+    """
+    rt.store.run(lambda uow: (uow.execute("TRUNCATE resource_intervals"), uow.execute("TRUNCATE current_resources")))
+    return _timed_rebuild(rt)
+
+
 def _reset_peak_rss() -> bool:
     """Reset this process's peak-RSS mark (Linux ``clear_refs``); False where that is not possible."""
     try:
@@ -216,6 +228,10 @@ def _measure(rt: Runtime, runs: Sequence[tuple[str, int]], *, late: int, seed: i
     reset = _reset_peak_rss()
     rebuild_s, result = min((_timed_rebuild(rt) for _ in range(2)), key=lambda timed: timed[0])
     rebuild_rss = _peak_rss_since_reset_mb() if reset else peak_rss_mb()
+    from_empty_s, from_empty = _rebuild_from_empty(rt)
+    if from_empty.resources != result.resources:
+        raise AssertionError(f"a rebuild from empty tables folded {from_empty.resources} resources, "
+                             f"one over the stored tables {result.resources}")
     refreshes = []
     lookup_s = 0.0
     for round_no in range(rounds):
@@ -235,6 +251,8 @@ def _measure(rt: Runtime, runs: Sequence[tuple[str, int]], *, late: int, seed: i
         "rebuild_resources": result.resources,
         "floor_s": round(floor_s, 3),
         "rebuild_vs_floor": round(rebuild_s / floor_s, 2),
+        "rebuild_from_empty_s": round(from_empty_s, 3),
+        "rebuild_from_empty_vs_floor": round(from_empty_s / floor_s, 2),
         "late_events": late,
         "incremental_resources": incremental.resources,
         "incremental_resumed": incremental.resumed,
@@ -307,6 +325,7 @@ def growth(rt: Runtime, *, sizes: Sequence[int], events_per_resource: int = 10, 
         "incremental_exponent": round(growth_exponent(logs, [s["incremental_s"] for s in steps]), 3),
         "rebuild_exponent": round(growth_exponent(logs, [s["rebuild_s"] for s in steps]), 3),
         "rebuild_vs_floor_max": max(s["rebuild_vs_floor"] for s in steps),
+        "rebuild_from_empty_vs_floor_max": max(s["rebuild_from_empty_vs_floor"] for s in steps),
         "rebuild_peak_rss_mb_max": max(s["rebuild_peak_rss_mb"] for s in steps),
         "rebuild_peak_rss_exponent": round(growth_exponent(logs, [s["rebuild_peak_rss_mb"] for s in steps]), 3),
         "retries": retries,

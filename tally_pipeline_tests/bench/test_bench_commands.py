@@ -29,6 +29,7 @@ def test_projection_bench_rebuilds_every_resource_and_refreshes_only_the_late_on
     # 40 late events over 300 resources touch at most 40 of them, and at least one.
     assert 1 <= report["incremental_resources"] <= 40
     assert report["rebuild_s"] > 0 and report["floor_s"] > 0 and report["rebuild_vs_floor"] > 0
+    assert report["rebuild_from_empty_s"] > 0 and report["rebuild_from_empty_vs_floor"] > 0
     assert 0 < report["incremental_lookup_floor_s"]
     with open_store(store_url) as store:
         assert store.event_count() == 3000 + 40

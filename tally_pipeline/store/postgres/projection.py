@@ -26,8 +26,10 @@ from tally_pipeline.store.postgres.fold import (
     INTERVALS_SELECT,
     STATE_INSERT,
     STATE_SELECT,
+    changed_counts,
+    changed_rows,
+    write_changes,
 )
-from tally_pipeline.store.postgres.fold import changed_counts, changed_rows, write_changes
 from tally_pipeline.store.postgres.locks import INGEST_LOCK, PROJECTION_LOCK
 from tally_pipeline.store.postgres.resource_key import same_resource
 from tally_pipeline.store.projection_tables import INTERVAL_COLUMNS, KEY, STATE_COLUMNS, Key, StoredFold
@@ -151,25 +153,26 @@ class PostgresProjectionTables:
         # would not (a CREATE TABLE AS may use them; the floor it is compared with does).
         cur.execute("SET LOCAL parallel_setup_cost = 0")
         cur.execute("SET LOCAL parallel_tuple_cost = 0")
-        if not full:
-            cur.execute(f"CREATE TEMP TABLE _touched ON COMMIT DROP AS "
-                        f"SELECT DISTINCT {KEY} FROM events WHERE seq > %s AND seq <= %s", (watermark, high))
-            cur.execute("ANALYZE _touched")
-            touched, stored = cur.execute(f"SELECT (SELECT count(*) FROM _touched), ({_STORED_RESOURCES})").fetchone()
-            # Touching a quarter of the resources or more (a first import, a backlog after an
-            # outage), folding everything and writing only what differs costs less than joining
-            # the log to the touched keys, which runs in one process (a temporary table).
-            if touched * 4 < stored:
-                # their histories, read off the log once: the dictionaries and the fold read them
-                cur.execute(f"CREATE TEMP TABLE _touched_events ON COMMIT DROP AS SELECT e.* "
-                            f"FROM events e JOIN _touched k ON {_EVENT_OF_TOUCHED}")
-                cur.execute(f"DELETE FROM resource_intervals t USING _touched k WHERE {_KEY_MATCH}")
-                cur.execute(f"DELETE FROM current_resources t USING _touched k WHERE {_KEY_MATCH}")
-                self._fold(source="_touched_events e")
-                return int(touched)
-        self._fold(source="events e", rewrite=True)
-        return int(cur.execute("SELECT count(*) FROM _touched" if not full
-                               else "SELECT count(*) FROM current_resources").fetchone()[0])
+        if full:
+            self._fold(source="events e", rewrite=True)
+            return int(cur.execute("SELECT count(*) FROM current_resources").fetchone()[0])
+        cur.execute(f"CREATE TEMP TABLE _touched ON COMMIT DROP AS "
+                    f"SELECT DISTINCT {KEY} FROM events WHERE seq > %s AND seq <= %s", (watermark, high))
+        cur.execute("ANALYZE _touched")
+        touched, stored = cur.execute(f"SELECT (SELECT count(*) FROM _touched), ({_STORED_RESOURCES})").fetchone()
+        if touched * 4 >= stored:
+            # A quarter of the resources or more (a first import, a backlog after an outage):
+            # folding everything and writing only what differs costs less than joining the log to
+            # that many keys, which runs in one process (they are in a temporary table).
+            self._fold(source="events e", rewrite=True)
+            return int(touched)
+        # their histories, read off the log once: the dictionaries and the fold both read them
+        cur.execute(f"CREATE TEMP TABLE _touched_events ON COMMIT DROP AS SELECT e.* "
+                    f"FROM events e JOIN _touched k ON {_EVENT_OF_TOUCHED}")
+        cur.execute(f"DELETE FROM resource_intervals t USING _touched k WHERE {_KEY_MATCH}")
+        cur.execute(f"DELETE FROM current_resources t USING _touched k WHERE {_KEY_MATCH}")
+        self._fold(source="_touched_events e")
+        return int(touched)
 
     def _fold(self, *, source: str, rewrite: bool = False) -> None:
         """Fold ``source``'s histories and write them: inserted (their old rows are gone), or with

@@ -381,6 +381,46 @@ def test_incremental_refresh_in_any_batches_equals_the_python_fold_and_the_sql_r
     assert table_rows(store) == expected
 
 
+_DAMAGE = (
+    "DELETE FROM resource_intervals WHERE resource_id = %s AND interval_no = 0",
+    "UPDATE resource_intervals SET size = '{\"gb\": 7}' WHERE resource_id = %s",
+    "UPDATE resource_intervals SET lifecycle_no = lifecycle_no + 1, end_at = NULL WHERE resource_id = %s",
+    "UPDATE current_resources SET status = 'unborn', event_count = event_count + 1 WHERE resource_id = %s",
+    "DELETE FROM current_resources WHERE resource_id = %s",
+)
+
+
+@settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(small_histories(), st.randoms(use_true_random=False), st.integers(min_value=1, max_value=6),
+       st.lists(st.tuples(st.sampled_from(range(len(_DAMAGE))), st.sampled_from(["a", "b", "c"])), max_size=3))
+def test_bulk_refreshes_and_a_rebuild_over_damaged_tables_equal_the_python_fold(store, registry, spec, rng, batch,
+                                                                                damage) -> None:
+    """Every refresh a bulk one (SQL: the touched histories, or everything written where it
+    differs), then some resources' rows damaged and a rebuild: each time core.fold's tables.
+
+    One store serves every example, so the later ones damage a few rows of many (Postgres then
+    writes only what differs; while most rows differ it writes the tables afresh)."""
+    prefix = uuid.uuid4().hex[:6]
+    items = [envelope(f"{prefix}-{i:02d}", f"{prefix}-{rid}", verb, T0 + timedelta(minutes=m), project, gb)
+             for i, rid, verb, m, project, gb in spec]
+    rng.shuffle(items)
+    ingestor = Ingestor(store, registry)
+    limit = projection.PYTHON_FOLD_MAX
+    projection.PYTHON_FOLD_MAX = 0
+    try:
+        for start in range(0, len(items), batch):
+            ingestor.ingest(items[start:start + batch], origin="t")
+            projection.refresh(store)
+    finally:
+        projection.PYTHON_FOLD_MAX = limit
+    expected = python_fold_of(store)
+    assert table_rows(store) == expected
+    for n, rid in damage:
+        store.run(lambda uow, n=n, rid=rid: uow.execute(_DAMAGE[n], [f"{prefix}-{rid}"]))
+    projection.rebuild(store)
+    assert table_rows(store) == expected
+
+
 # Every resource below shares one of two resource keys (by the parity of its id's length).
 SHARED_KEYS_MACRO = "CREATE OR REPLACE MACRO tally_resource_key(cloud, resource_type, resource_id) AS length(resource_id) % 2"
 

@@ -11,7 +11,8 @@ the log:
 - only a resource that receives an event older than (or as old as) its latest folded one — a late
   event — is re-folded from its full history, read through the resource index.
 
-Bulk loads (more than ``PYTHON_FOLD_MAX`` pending events) and rebuilds fold in SQL, on each backend
+Bulk loads (more pending events than the backend folds in Python: ``python_fold_max``, at most
+``PYTHON_FOLD_MAX``) and rebuilds fold in SQL, on each backend
 (``store/duckdb/fold.py``, ``store/postgres/fold.py``). Property tests hold all of these paths equal
 to the Python fold. The SQL lives in ``store/duckdb/projection.py`` and ``store/postgres/projection.py``.
 """
@@ -30,7 +31,8 @@ from tally_pipeline.store.base import Store
 from tally_pipeline.store.projection_tables import Key, ProjectionTables, StoredFold, read_watermark
 
 # Above this many pending events a refresh is a bulk load: it re-folds the touched resources in SQL
-# (one sorted pass) instead of folding them here one by one.
+# (one sorted pass) instead of folding them here one by one. A backend may fold in SQL sooner
+# (``ProjectionTables.python_fold_max``): DuckDB's SQL fold is the cheaper above a few hundred.
 PYTHON_FOLD_MAX = 50_000
 
 
@@ -79,7 +81,7 @@ def _fold_pending(tables: ProjectionTables, *, full: bool) -> _Counts:
     watermark, high = tables.bounds()
     if not full and high <= watermark:
         return _Counts(0, watermark)
-    if full or tables.pending_count(watermark, high) > PYTHON_FOLD_MAX:
+    if full or tables.pending_count(watermark, high) > min(PYTHON_FOLD_MAX, tables.python_fold_max):
         count = tables.fold_in_sql(watermark, high, full=full)
         tables.set_watermark(high)
         return _Counts(count, high, refolded=count)

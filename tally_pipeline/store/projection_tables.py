@@ -46,6 +46,10 @@ class StoredFold:
 
 
 class ProjectionTables(Protocol):
+    #: Up to this many pending events a refresh folds in Python (resuming stored folds, re-folding
+    #: only late resources); above it, it re-folds every touched resource in SQL.
+    python_fold_max: int
+
     def bounds(self) -> tuple[int, int]:
         """(watermark, high): every event with watermark < seq <= high is committed and not folded yet."""
 

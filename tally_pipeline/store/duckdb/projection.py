@@ -53,6 +53,11 @@ _TYPES = {"created_at": _UTC, "deleted_at": _UTC, "last_event_at": _UTC, "start_
 
 
 class DuckDBProjectionTables:
+    # Measured (1,000 late events at 1M, 2M and 8M events): the SQL fold of every touched resource
+    # took 67, 84 and 115–124 ms, the Python path 96–117, 105–126 and 139–209 ms; the two are even
+    # at 200–300 pending events, and the Python path wins below (15 against 28 ms for one event).
+    python_fold_max = 250
+
     def __init__(self, uow: Any):
         self.con = uow.con
         self._keys: dict[Key, int] = {}  # the resource key of each pending resource

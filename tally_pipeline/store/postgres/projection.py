@@ -79,6 +79,10 @@ def history_sql(keys_table: str) -> str:
 
 
 class PostgresProjectionTables:
+    # The SQL fold scans the log (its dictionaries, or a join to the touched keys), where the Python
+    # path probes one index per resource: only a bulk load is cheaper in SQL.
+    python_fold_max = 50_000
+
     def __init__(self, uow: Any, high: int):
         self.uow = uow
         self.cur = uow.cur

@@ -381,6 +381,20 @@ def test_incremental_refresh_in_any_batches_equals_the_python_fold_and_the_sql_r
     assert table_rows(store) == expected
 
 
+def refresh_in_batches(store, registry, items: list[dict], batch: int, *, python_fold_max: int | None = None) -> None:
+    """Ingest ``items`` ``batch`` at a time, refreshing after each; with ``python_fold_max`` 0 every
+    refresh is a bulk one (folded in SQL)."""
+    ingestor = Ingestor(store, registry)
+    limit = projection.PYTHON_FOLD_MAX
+    projection.PYTHON_FOLD_MAX = limit if python_fold_max is None else python_fold_max
+    try:
+        for start in range(0, len(items), batch):
+            ingestor.ingest(items[start:start + batch], origin="t")
+            projection.refresh(store)
+    finally:
+        projection.PYTHON_FOLD_MAX = limit
+
+
 _DAMAGE = (
     "DELETE FROM resource_intervals WHERE resource_id = %s AND interval_no = 0",
     "UPDATE resource_intervals SET size = '{\"gb\": 7}' WHERE resource_id = %s",
@@ -404,15 +418,7 @@ def test_bulk_refreshes_and_a_rebuild_over_damaged_tables_equal_the_python_fold(
     items = [envelope(f"{prefix}-{i:02d}", f"{prefix}-{rid}", verb, T0 + timedelta(minutes=m), project, gb)
              for i, rid, verb, m, project, gb in spec]
     rng.shuffle(items)
-    ingestor = Ingestor(store, registry)
-    limit = projection.PYTHON_FOLD_MAX
-    projection.PYTHON_FOLD_MAX = 0
-    try:
-        for start in range(0, len(items), batch):
-            ingestor.ingest(items[start:start + batch], origin="t")
-            projection.refresh(store)
-    finally:
-        projection.PYTHON_FOLD_MAX = limit
+    refresh_in_batches(store, registry, items, batch, python_fold_max=0)
     expected = python_fold_of(store)
     assert table_rows(store) == expected
     for n, rid in damage:
@@ -439,15 +445,7 @@ def test_duckdb_resources_that_share_a_resource_key_are_folded_apart(registry, s
     items = [envelope(f"{prefix}-{i:02d}", f"{prefix}-{rid * (1 + i % 2)}", verb, T0 + timedelta(minutes=m), project, gb)
              for i, rid, verb, m, project, gb in spec]
     rng.shuffle(items)
-    ingestor = Ingestor(store, registry)
-    limit = projection.PYTHON_FOLD_MAX
-    projection.PYTHON_FOLD_MAX = 0 if bulk else limit
-    try:
-        for start in range(0, len(items), batch):
-            ingestor.ingest(items[start:start + batch], origin="t")
-            projection.refresh(store)
-    finally:
-        projection.PYTHON_FOLD_MAX = limit
+    refresh_in_batches(store, registry, items, batch, python_fold_max=0 if bulk else None)
     expected = python_fold_of(store)
     assert table_rows(store) == expected
     projection.rebuild(store)

@@ -40,7 +40,7 @@ PROJECTS = "tally_fold_projects"
 _ORDER = f"PARTITION BY rkey, {KEY} ORDER BY occurred_at, rank, event_id"
 _SIZE = "nullif(e.payload -> 'size', 'null'::jsonb)"
 
-# ``{source}`` is ``events e`` or ``events e`` joined to the keys being refreshed.
+# ``{source}`` is ``events e``, or a bulk refresh's touched histories copied to ``_touched_events e``.
 DICTIONARIES = (
     (f"CREATE TEMP TABLE _fold_values ON COMMIT DROP AS "
      f"SELECT {_SIZE} AS size, e.project_id FROM {{source}} GROUP BY 1, 2"),

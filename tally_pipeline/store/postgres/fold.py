@@ -154,17 +154,9 @@ LEFT JOIN {PROJECTS} p ON p.id = m.pid_ff
 LEFT JOIN {SIZES} s ON s.id = m.sid_ff
 """
 
-STATE_INSERT = f"""
-INSERT INTO current_resources (cloud, resource_type, resource_id, status, project_id, size, created_at,
-                               deleted_at, last_event_at, last_seq, event_count)
-{STATE_SELECT}
-"""
-
-INTERVALS_INSERT = f"""
-INSERT INTO resource_intervals (cloud, resource_type, resource_id, interval_no, lifecycle_no, project_id, size,
-                                start_at, end_at)
-{INTERVALS_SELECT}
-"""
+def insert_all(table: str, columns: tuple[str, ...], select: str) -> str:
+    """SQL: insert every row of the fold's ``select`` into ``table``."""
+    return f"INSERT INTO {table} ({', '.join(columns)}) {select}"
 
 
 def changed_rows(table: str, columns: tuple[str, ...], key: tuple[str, ...], select: str) -> str:

@@ -22,12 +22,11 @@ from tally_pipeline.store.postgres.fold import (
     DROP_DICTIONARIES,
     FOLD_TABLE,
     ID_MASK,
-    INTERVALS_INSERT,
     INTERVALS_SELECT,
-    STATE_INSERT,
     STATE_SELECT,
     changed_counts,
     changed_rows,
+    insert_all,
     write_changes,
 )
 from tally_pipeline.store.postgres.locks import INGEST_LOCK, PROJECTION_LOCK
@@ -193,8 +192,8 @@ class PostgresProjectionTables:
             self._rewrite("current_resources", STATE_COLUMNS, STATE_KEY, STATE_SELECT)
             self._rewrite("resource_intervals", INTERVAL_COLUMNS, INTERVAL_KEY, INTERVALS_SELECT)
         else:
-            cur.execute(STATE_INSERT)
-            cur.execute(INTERVALS_INSERT)
+            cur.execute(insert_all("current_resources", STATE_COLUMNS, STATE_SELECT))
+            cur.execute(insert_all("resource_intervals", INTERVAL_COLUMNS, INTERVALS_SELECT))
         cur.execute("DROP TABLE _fold")
         cur.execute(DROP_DICTIONARIES)
 
@@ -211,7 +210,7 @@ class PostgresProjectionTables:
         differ, stored = cur.execute(changed_counts(table, key)).fetchone()
         if differ * 2 > stored:
             cur.execute(f"TRUNCATE {table}")
-            cur.execute(f"INSERT INTO {table} ({', '.join(columns)}) {select}")
+            cur.execute(insert_all(table, columns, select))
         else:
             for statement in write_changes(table, columns, key):
                 cur.execute(statement)

@@ -96,9 +96,18 @@ class UnitOfWork(abc.ABC):
     def content_hashes(self, keys: Sequence[EventKey]) -> dict[EventKey, str]:
         """The stored content hash of each given (cloud, event_id) that exists."""
 
-    @abc.abstractmethod
     def insert_rejections(self, rows: Sequence[RejectedRow], received_at: datetime) -> None:
         """Append rows to the dead letter (a duplicate_conflict row already held adds to its ``repeats``)."""
+        conflicts = [r for r in rows if r.conflict_key is not None]
+        if conflicts:
+            self.upsert_conflicts(conflicts, received_at)
+        others = [r for r in rows if r.conflict_key is None]
+        if others:
+            self.append_rejections(others, received_at)
+
+    @abc.abstractmethod
+    def append_rejections(self, rows: Sequence[RejectedRow], received_at: datetime) -> None:
+        """Append rows without a conflict key to the dead letter, as they are."""
 
     def upsert_conflicts(self, rows: Sequence[RejectedRow], received_at: datetime) -> None:
         """Write duplicate_conflict rows: one per (cloud, event_id, conflict_key), counting repeats.

@@ -134,13 +134,7 @@ class DuckDBUnitOfWork(UnitOfWork):
         ).fetchall()
         return {(cloud, event_id): digest for cloud, event_id, digest in rows}
 
-    def insert_rejections(self, rows: Sequence[RejectedRow], received_at: datetime) -> None:
-        conflicts = [r for r in rows if r.conflict_key is not None]
-        if conflicts:
-            self.upsert_conflicts(conflicts, received_at)
-            rows = [r for r in rows if r.conflict_key is None]
-        if not rows:
-            return
+    def append_rejections(self, rows: Sequence[RejectedRow], received_at: datetime) -> None:
         self.con.executemany(
             "INSERT INTO rejected_events (received_at, reason, message, origin, cloud, event_id, raw) "
             "VALUES (?, ?, ?, ?, ?, ?, ?)",

@@ -268,13 +268,7 @@ class PostgresUnitOfWork(UnitOfWork):
         ).fetchall()
         return {(cloud, event_id): digest for cloud, event_id, digest in rows}
 
-    def insert_rejections(self, rows: Sequence[RejectedRow], received_at: datetime) -> None:
-        conflicts = [r for r in rows if r.conflict_key is not None]
-        if conflicts:
-            self.upsert_conflicts(conflicts, received_at)
-            rows = [r for r in rows if r.conflict_key is None]
-        if not rows:
-            return
+    def append_rejections(self, rows: Sequence[RejectedRow], received_at: datetime) -> None:
         with self.cur.copy(
             "COPY rejected_events (received_at, reason, message, origin, cloud, event_id, raw) FROM STDIN"
         ) as copy:

@@ -173,6 +173,32 @@ def test_a_rebuild_rewrites_tables_where_most_rows_went_wrong(store, registry) -
     assert table_rows(store) == expected
 
 
+def test_a_rebuild_into_empty_tables_builds_them_with_every_index_they_had(pg_store, registry) -> None:
+    """Postgres fills an empty (or emptied) table before building its indexes: afterwards it has the
+    same indexes and constraints as before, an analyst's own included, and they hold."""
+    store = pg_store
+    list(Ingestor(store, registry).ingest_stream(random_history(random.Random(29), "e", 20, 300), origin="t"))
+    store.run(lambda uow: uow.execute("CREATE INDEX analyst_by_start ON resource_intervals (start_at DESC)"))
+    catalogue = ("SELECT c.relname, i.relname, pg_get_indexdef(x.indexrelid), "
+                 "coalesce((SELECT pg_get_constraintdef(k.oid) FROM pg_constraint k WHERE k.conindid = x.indexrelid), '') "
+                 "FROM pg_index x JOIN pg_class i ON i.oid = x.indexrelid JOIN pg_class c ON c.oid = x.indrelid "
+                 "WHERE c.relname IN ('current_resources', 'resource_intervals') ORDER BY 1, 2")
+    before = store.query(catalogue)
+    assert len(before) == 5 and any(row[1] == "analyst_by_start" for row in before)
+    projection.refresh(store)
+    expected = python_fold_of(store)
+    for first_build in (True, False):  # into emptied tables, then over tables whose every row is wrong
+        if first_build:
+            store.run(lambda uow: (uow.execute("TRUNCATE resource_intervals"), uow.execute("TRUNCATE current_resources")))
+        else:
+            store.run(lambda uow: uow.execute("UPDATE resource_intervals SET lifecycle_no = lifecycle_no + 7"))
+        projection.rebuild(store)
+        assert table_rows(store) == expected
+        assert store.query(catalogue) == before
+    with pytest.raises(Exception, match="resource_intervals_pkey"):
+        store.run(lambda uow: uow.execute("INSERT INTO resource_intervals SELECT * FROM resource_intervals LIMIT 1"))
+
+
 def test_large_refresh_folds_in_sql_and_equals_small_refreshes(tmp_path, store_url, registry, monkeypatch) -> None:
     """Bulk refreshes fold in SQL and small ones in Python, on each backend; both give the same tables."""
     history = random_history(random.Random(3), "s", 50, 700)

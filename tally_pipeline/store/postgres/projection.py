@@ -37,6 +37,19 @@ from tally_pipeline.store.projection_tables import INTERVAL_COLUMNS, KEY, STATE_
 # in-memory sort to a parallel one, which measured slower (6.0 s against 3.5 s at 250k events).
 FOLD_WORK_MEM = "64MB"
 
+# The index builds after the SQL fold filled an empty table sort in this much memory.
+INDEX_BUILD_MEM = "256MB"
+# A table's indexes: (name, the constraint it backs or NULL, the constraint's or index's definition).
+_INDEXES = """
+SELECT quote_ident(ic.relname), quote_ident(c.conname),
+       CASE WHEN c.oid IS NULL THEN pg_get_indexdef(i.indexrelid) ELSE pg_get_constraintdef(c.oid) END
+FROM pg_index i
+JOIN pg_class ic ON ic.oid = i.indexrelid
+LEFT JOIN pg_constraint c ON c.conindid = i.indexrelid AND c.conrelid = i.indrelid
+WHERE i.indrelid = %s::regclass
+ORDER BY c.oid IS NULL, ic.relname
+"""
+
 # ``size`` as text: decoded once per distinct value by the fold's reader, not per row by the driver.
 _FOLD_COLUMNS = ("e.cloud, e.resource_type, e.resource_id, e.event_id, e.verb, e.occurred_at, e.project_id, "
                  "(e.payload -> 'size')::text, e.seq")
@@ -203,18 +216,41 @@ class PostgresProjectionTables:
         A rebuild where most rows stand (a fold-rule change that touches a few, a check after a
         restore) then writes little, leaves no dead rows behind and never locks readers out. When
         most stored rows differ, deleting each costs more than emptying the table and writing
-        everything afresh, which it then does (TRUNCATE: readers wait for the rebuild's commit).
+        everything afresh, which it then does (TRUNCATE: readers wait for the rebuild's commit);
+        an empty table (a first build) is filled that way without comparing.
         """
         cur = self.cur
+        if cur.execute(f"SELECT NOT EXISTS (SELECT FROM {table})").fetchone()[0]:
+            self._fill(table, columns, select)  # a first build: nothing to compare with
+            return
         cur.execute(changed_rows(table, columns, key, select))
         differ, stored = cur.execute(changed_counts(table, key)).fetchone()
-        if differ * 2 > stored:
-            cur.execute(f"TRUNCATE {table}")
-            cur.execute(insert_all(table, columns, select))
-        else:
+        if differ * 2 <= stored:
             for statement in write_changes(table, columns, key):
                 cur.execute(statement)
+            cur.execute("DROP TABLE _changed")
+            return
         cur.execute("DROP TABLE _changed")
+        cur.execute(f"TRUNCATE {table}")
+        self._fill(table, columns, select)
+
+    def _fill(self, table: str, columns: tuple[str, ...], select: str) -> None:
+        """Write every row of the fold's ``select`` into the empty ``table``, its indexes built after.
+
+        Building an index from the whole table sorts once; keeping it up to date row by row costs
+        more (measured at 2M events: 740k intervals inserted in 4.1 s with both indexes, 0.55 s
+        without them and 2.0 s for building them). Dropping an index locks the table until the
+        commit (as TRUNCATE does), so nobody reads it without its indexes. Each index is rebuilt
+        from its own definition in the catalogue, an analyst's own included.
+        """
+        cur = self.cur
+        indexes = cur.execute(_INDEXES, (table,)).fetchall()
+        for name, constraint, _ in indexes:
+            cur.execute(f"ALTER TABLE {table} DROP CONSTRAINT {constraint}" if constraint else f"DROP INDEX {name}")
+        cur.execute(insert_all(table, columns, select))
+        cur.execute(f"SET LOCAL maintenance_work_mem = '{INDEX_BUILD_MEM}'")
+        for name, constraint, definition in indexes:
+            cur.execute(f"ALTER TABLE {table} ADD CONSTRAINT {constraint} {definition}" if constraint else definition)
 
     def set_watermark(self, high: int) -> None:
         self.uow.execute("UPDATE projection_state SET watermark = %s WHERE name = 'resources'", (high,))

@@ -154,6 +154,7 @@ LEFT JOIN {PROJECTS} p ON p.id = m.pid_ff
 LEFT JOIN {SIZES} s ON s.id = m.sid_ff
 """
 
+
 def insert_all(table: str, columns: tuple[str, ...], select: str) -> str:
     """SQL: insert every row of the fold's ``select`` into ``table``."""
     return f"INSERT INTO {table} ({', '.join(columns)}) {select}"

@@ -164,7 +164,6 @@ class PostgresProjectionTables:
     def fold_in_sql(self, watermark: int, high: int, *, full: bool) -> int:
         cur = self.cur
         cur.execute(f"SET LOCAL work_mem = '{FOLD_WORK_MEM}'")
-        cur.execute("SET LOCAL jit = off")  # compiling the fold's expressions costs more than it saves
         # Let the history's sort run in parallel workers even where the planner's default costs
         # would not (a CREATE TABLE AS may use them; the floor it is compared with does).
         cur.execute("SET LOCAL parallel_setup_cost = 0")

@@ -531,3 +531,21 @@ def test_duckdb_rebuild_copies_the_log_again_when_the_copy_is_not_it(registry) -
     projection.rebuild(store)
     assert table_rows(store) == python_fold_of(store)  # and folded_events is the whole log again
     store.close()
+
+
+def test_duckdb_folds_in_sql_leave_the_memory_limit_as_they_found_it(registry, monkeypatch) -> None:
+    """The SQL fold lowers DuckDB's ``memory_limit`` while it runs; a long-lived store folds many
+    times, and every fold must put back the same limit (a value read back as text is rounded
+    down, so setting that would shrink the limit a little with each fold)."""
+    store = open_store("duckdb://:memory:")
+    limit = lambda: store.query("SELECT current_setting('memory_limit')")[0][0]  # noqa: E731
+    before = limit()
+    ingestor = Ingestor(store, registry)
+    monkeypatch.setattr(projection, "PYTHON_FOLD_MAX", 0)  # every refresh below folds in SQL
+    for batch in range(4):
+        ingestor.ingest(random_history(random.Random(40 + batch), f"m{batch}", 5, 30), origin="t")
+        assert projection.refresh(store).resources > 0
+        projection.rebuild(store)
+    assert limit() == before
+    assert table_rows(store) == python_fold_of(store)
+    store.close()

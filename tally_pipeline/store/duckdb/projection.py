@@ -36,7 +36,7 @@ from tally_pipeline.store.projection_tables import (
 )
 
 # The SQL fold sorts every history: above this it spills to disk instead of growing (a rebuild of
-# 8M events would otherwise take 3.5 GB). Set for the fold only, then put back.
+# 8M events would otherwise take 3.5 GB). Set for the fold only, then reset to the default.
 FOLD_MEMORY_LIMIT = "1GB"
 # Migration 0012's macro: a resource's key, computed the same way wherever rows are written.
 RESOURCE_KEY = "tally_resource_key(cloud, resource_type, resource_id)"
@@ -167,9 +167,9 @@ class DuckDBProjectionTables:
 
     def fold_in_sql(self, watermark: int, high: int, *, full: bool) -> int:
         con = self.con
-        previous = con.execute("SELECT current_setting('memory_limit'), current_setting('temp_directory')").fetchall()[0]
+        spill_to = con.execute("SELECT current_setting('temp_directory')").fetchall()[0][0]
         con.execute(f"SET memory_limit = '{FOLD_MEMORY_LIMIT}'")
-        if not previous[1]:  # an in-memory database has nowhere to spill by default
+        if not spill_to:  # an in-memory database has nowhere to spill by default
             con.execute(f"SET temp_directory = '{tempfile.gettempdir()}/tally-duckdb-spill'")
         try:
             if full:
@@ -203,7 +203,9 @@ class DuckDBProjectionTables:
             if not full:
                 con.execute("DROP TABLE _touched")
         finally:
-            con.execute(f"SET memory_limit = '{previous[0]}'")
+            # Back to DuckDB's default, which nothing else here changes. Not the value read before:
+            # it reads back rounded down (18.8 GiB set, 18.7 shown), so each fold would shrink it.
+            con.execute("RESET memory_limit")
         return int(count)
 
     def set_watermark(self, high: int) -> None:

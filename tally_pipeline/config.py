@@ -194,6 +194,7 @@ class CollectorSettings(_Strict):
     batch_timeout: float = Field(default=0.2, gt=0, le=60, description="seconds a read message waits for its batch")
     heartbeat: int = Field(default=60, ge=0, le=3600, description="AMQP heartbeat in seconds (0: none)")
     reconnect_max_delay: float = Field(default=60.0, ge=1, description="longest wait between reconnections (s)")
+    rebind_interval: float = Field(default=30.0, gt=0, description="seconds between tries to bind a missing exchange")
     max_buffered_events: int = Field(default=1_000_000, ge=1)
     max_buffered_bytes: int = Field(default=1 << 30, ge=1024)
     max_bus_rejections: int = Field(default=100_000, ge=1, description="rejected bus messages kept (oldest go)")

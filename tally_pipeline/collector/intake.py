@@ -12,7 +12,9 @@ read is ever unaccounted for and nothing blocks the queue:
   (not JSON, not an object, a broken envelope), ``unknown_type`` and ``invalid`` (the mapping's
   kinds), ``mapping_error`` (the mapping itself failed on it: a bug, reported instead of retried).
 
-Pure: no I/O. The mapping rules are ``collector.openstack``'s; nothing here changes them.
+Pure: no I/O. The mapping rules are ``collector.openstack``'s; nothing here changes them. Bodies
+are parsed with orjson, which reads an integer beyond 64 bits as a float (as for landing files);
+what orjson refuses (a number beyond a double's range) is read by the standard parser instead.
 """
 
 from __future__ import annotations
@@ -76,14 +78,17 @@ def read_message(
     message_id = message_id if isinstance(message_id, str) else None
     try:
         result = map_notification(notification, cloud=cloud, volume_type_names=volume_type_names)
-        if isinstance(result, Unmapped):
-            if result.kind == "ignored":
-                return Ignored(result.code)
-            return Rejected(result.kind, result.reason, message_id)
-        event_id, text = encode_event(result)
     except Exception as exc:  # a mapping bug must cost one message, not the queue behind it
         log.exception("the notification mapping failed on message %s; it goes to the rejected log", message_id)
         return Rejected(MAPPING_ERROR, f"{type(exc).__name__}: {exc}", message_id)
+    if isinstance(result, Unmapped):
+        if result.kind == "ignored":
+            return Ignored(result.code)
+        return Rejected(result.kind, result.reason, message_id)
+    try:
+        event_id, text = encode_event(result)
+    except ValueError as exc:  # e.g. a lone surrogate the JSON escaped: no API could read the event
+        return Rejected("invalid", str(exc), message_id)
     return Mapped(event_id, text, len(text.encode("utf-8")))
 
 

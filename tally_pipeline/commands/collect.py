@@ -116,7 +116,7 @@ def collect_openstack(config_path: str | None, log_level: str, **given: Any) -> 
         broker_urls=broker.urls, broker=broker.display, pool=s.pool, topics=tuple(s.topics),
         exchanges=tuple(s.exchanges), durable=s.durable_queues, queue_type=s.queue_type, prefetch=s.prefetch,
         batch_size=s.batch_size, batch_timeout=s.batch_timeout, heartbeat=s.heartbeat,
-        reconnect=Backoff(base=1.0, factor=2.0, max_delay=s.reconnect_max_delay),
+        reconnect=Backoff(base=1.0, factor=2.0, max_delay=s.reconnect_max_delay), rebind_every=s.rebind_interval,
     )
     service = CollectorService(
         cloud=s.cloud, api_url=s.api_url, token=_token(s.token_file), buffer_dir=s.buffer_dir, bus=bus,

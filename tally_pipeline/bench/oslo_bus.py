@@ -40,13 +40,13 @@ class ServicePublishers:
         self._notifiers: dict[tuple[str, str], Any] = {}
 
     def publish(self, exchange: str, topic: str, message: Mapping[str, Any]) -> None:
-        """Send ``message``'s event type, payload and priority as the service would; the notifier gives
-        it a new message_id and timestamp, as it does for every notification."""
+        """Send ``message``'s event type, payload, priority and publisher id (none if it has none) as the
+        service would; the notifier gives it a new message_id and timestamp, as it does for every one."""
         notifier = self._notifiers.get((exchange, topic))
         if notifier is None:
             if exchange not in self._transports:
                 self._transports[exchange] = notification_transport(self.url, exchange)
-            notifier = oslo_messaging.Notifier(self._transports[exchange], publisher_id=f"{exchange}.bench",
+            notifier = oslo_messaging.Notifier(self._transports[exchange], publisher_id=None,
                                                driver="messagingv2", topics=[topic])
             self._notifiers[(exchange, topic)] = notifier
         publisher = message.get("publisher_id")

@@ -39,7 +39,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import kombu
-from amqp.exceptions import NotFound
+from amqp.exceptions import AccessRefused, NotFound
 
 from tally_pipeline.collector.backoff import Backoff
 from tally_pipeline.collector.buffer import BusRejection
@@ -118,7 +118,8 @@ class BusConsumer:
         self._flush_due = 0.0
         self._blocked_failures = 0
         self._bound: set[str] = set()
-        self._missing_warned: set[str] = set()
+        #: exchanges not bound, and why ("does not exist yet", "may not be read by this user")
+        self.unbound: dict[str, str] = {}
         self._next_rebind = 0.0
         self.connected = False
         self.last_error: str | None = None
@@ -198,18 +199,21 @@ class BusConsumer:
                 for topic in s.topics:
                     channel.queue_bind(queue=queue_name(s.pool, topic), exchange=exchange,
                                        routing_key=binding_key(topic))
-            except NotFound:
+            except (NotFound, AccessRefused) as exc:
                 self._metrics.exchange_bound.labels(exchange).set(0)
-                if exchange not in self._missing_warned:
-                    self._missing_warned.add(exchange)
-                    log.warning("exchange %r does not exist on %s yet (its service has not published since the "
-                                "broker started); binding it when it does (tried every %.0f s)",
-                                exchange, s.broker, s.rebind_every)
+                missing = isinstance(exc, NotFound)
+                why = "does not exist yet" if missing else "may not be read by this user"
+                if self.unbound.get(exchange) != why:
+                    log.log(logging.WARNING if missing else logging.ERROR,
+                            "exchange %r %s on %s (%s); trying again every %.0f s", exchange, why, s.broker,
+                            "its service has not published since the broker started" if missing
+                            else f"see the permissions in docs/collector.md: {_describe(exc)}", s.rebind_every)
+                self.unbound[exchange] = why
                 continue
             finally:
                 _quietly(channel.close)
             self._bound.add(exchange)
-            self._missing_warned.discard(exchange)
+            self.unbound.pop(exchange, None)
             self._metrics.exchange_bound.labels(exchange).set(1)
 
     def bound_exchanges(self) -> list[str]:

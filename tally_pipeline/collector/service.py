@@ -110,6 +110,7 @@ def _health(consumer: BusConsumer, reading: threading.Thread, collector: Collect
     details: dict[str, Any] = {
         "broker_connected": consumer.connected,
         "bound_exchanges": consumer.bound_exchanges(),
+        "unbound_exchanges": dict(consumer.unbound),
         "last_broker_error": consumer.last_error,
         "sender": "running" if collector.running else ("stopped: " + str(sender_error) if sender_error else "stopped"),
     }

@@ -9,9 +9,30 @@ import pytest
 from click.testing import CliRunner
 
 from tally_pipeline.cli import main
-from tally_pipeline.collector.transport import TransportURLError, broker_of
+from tally_pipeline.collector.transport import TransportURLError, broker_of, parse_transport_url
 from tally_pipeline.config import ConfigError, load_config
 from tally_pipeline.redaction import redact
+
+
+@pytest.mark.parametrize("url", [
+    "rabbit://", "rabbit:///", "rabbit://h1", "rabbit://h1:5671/", "rabbit://u:p@h1:5672/vh",
+    "rabbit://u:p%40ss%2F@h1,u2:p2@h2:5673/a%2Fb?ssl=1&x=2&x=3", "rabbit://u@h1/", "rabbit://u:@h1/",
+    "rabbit://u:p@[::1]:5672/", "rabbit://u:p@[fe80::1]/", "rabbit://u:p@fe80::1/", "rabbit://us%3Aer:pa:ss@h/",
+    "rabbit://u:p@h1:5672,h2:5672/", "rabbit://,h1/", "kafka://k1:9092",
+])
+def test_urls_read_as_oslo_messaging_reads_them(url: str) -> None:
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        from oslo_config import cfg
+        from oslo_messaging import TransportURL
+
+    theirs = TransportURL.parse(cfg.ConfigOpts(), url)
+    ours = parse_transport_url(url)
+    assert (ours.transport, ours.virtual_host, ours.query) == (theirs.transport, theirs.virtual_host, theirs.query)
+    assert [(h.hostname, h.port, h.username, h.password) for h in ours.hosts] == [
+        (h.hostname, h.port, h.username, h.password) for h in theirs.hosts]
 
 
 def test_one_host() -> None:

@@ -134,6 +134,52 @@ def collect_openstack(config_path: str | None, log_level: str, **given: Any) -> 
     raise SystemExit(status)
 
 
+@click.command("collect")
+@click.option("--messages", type=click.IntRange(min=100), default=100_000, show_default=True)
+@click.option("--database", required=True, envvar="TALLY_DATABASE",
+              help="Postgres URL for `tally serve` (migrated: `tally db migrate`); the run's events stay there "
+                   "under a cloud of their own (bench-<run>).")
+@click.option("--transport-url", default="rabbit://guest:guest@127.0.0.1:5672/", show_default=True,
+              help="The broker to measure on; the run binds queues of its own on the service exchanges and "
+                   "deletes them after.")
+@click.option("--batch-size", type=click.IntRange(1, 10_000), default=500, show_default=True,
+              help="The collector's batch (collector.batch_size).")
+@click.option("--prefetch", type=click.IntRange(1, 65535), default=1000, show_default=True,
+              help="The collector's and the baseline's prefetch (collector.prefetch).")
+@click.option("--oslo/--no-oslo", default=True, show_default=True,
+              help="Also measure oslo.messaging's notification listener consuming the same messages.")
+@click.option("--seed", type=int, default=1, show_default=True)
+def bench_collect(messages: int, database: str, transport_url: str, batch_size: int, prefetch: int, oslo: bool,
+                  seed: int) -> None:
+    """Notifications per second end to end (oslo.messaging Notifier -> collector -> tally serve on Postgres ->
+    stored) against merely consuming and acknowledging the same messages from the same broker; the
+    collector's memory over the run."""
+    import json
+
+    from tqdm import tqdm
+
+    from tally_pipeline.bench import collect
+    from tally_pipeline.store import StoreError
+
+    bars: dict[str, Any] = {}
+
+    def progress(stage: str, n: int) -> None:
+        if stage not in bars:
+            bars[stage] = tqdm(total=messages, desc=stage, unit="msg", leave=False)
+        bars[stage].update(n)
+
+    try:
+        report = collect.run(database=database, transport_url=transport_url, messages=messages, seed=seed,
+                             batch_size=batch_size, prefetch=prefetch, oslo=oslo, progress=progress)
+    except (StoreError, ValueError, RuntimeError) as exc:
+        raise click.ClickException(str(exc)) from None
+    finally:
+        for bar in bars.values():
+            bar.close()
+    click.echo(json.dumps(report, indent=2))
+
+
 def register(main: click.Group) -> None:
     group_of(main, "collect", "Collectors: read a cloud's own event stream into the ingest API.").add_command(
         collect_openstack)
+    group_of(main, "bench", "Benchmarks: each prints its measurements as JSON.").add_command(bench_collect)

@@ -19,6 +19,8 @@ with warnings.catch_warnings():
     from oslo_config import cfg
 
 PRIORITIES = ("audit", "debug", "info", "warn", "error", "critical", "sample")
+# set_transport_defaults changes a process-wide default that the next transport reads: one at a time.
+_TRANSPORT_LOCK = threading.Lock()
 
 
 def notification_transport(url: str, exchange: str) -> Any:
@@ -27,8 +29,9 @@ def notification_transport(url: str, exchange: str) -> Any:
     transport is made, so each service gets a transport of its own."""
     conf = cfg.ConfigOpts()
     conf([], project="tally-bench")
-    oslo_messaging.set_transport_defaults(control_exchange=exchange)
-    return oslo_messaging.get_notification_transport(conf, url=url)
+    with _TRANSPORT_LOCK:
+        oslo_messaging.set_transport_defaults(control_exchange=exchange)
+        return oslo_messaging.get_notification_transport(conf, url=url)
 
 
 class ServicePublishers:
@@ -38,6 +41,7 @@ class ServicePublishers:
         self.url = url
         self._transports: dict[str, Any] = {}
         self._notifiers: dict[tuple[str, str], Any] = {}
+        self._prepared: dict[tuple[str, str, str], Any] = {}
 
     def publish(self, exchange: str, topic: str, message: Mapping[str, Any]) -> None:
         """Send ``message``'s event type, payload, priority and publisher id (none if it has none) as the
@@ -51,7 +55,11 @@ class ServicePublishers:
             self._notifiers[(exchange, topic)] = notifier
         publisher = message.get("publisher_id")
         if isinstance(publisher, str) and publisher:
-            notifier = notifier.prepare(publisher_id=publisher)
+            key = (exchange, topic, publisher)
+            prepared = self._prepared.get(key)
+            if prepared is None:
+                prepared = self._prepared[key] = notifier.prepare(publisher_id=publisher)
+            notifier = prepared
         priority = str(message.get("priority") or "info").lower()
         getattr(notifier, "warn" if priority == "warning" else priority)({}, message["event_type"], message["payload"])
 
@@ -60,6 +68,7 @@ class ServicePublishers:
             transport.cleanup()
         self._transports.clear()
         self._notifiers.clear()
+        self._prepared.clear()
 
 
 @dataclass

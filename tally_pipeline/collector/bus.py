@@ -139,10 +139,10 @@ class BusConsumer:
             )
             try:
                 conn.connect()
-                channel, consumers = self._open(conn)
+                channel, consumer_tags = self._open(conn)
                 failures = 0
                 self._set_connected(True)
-                self._consume(conn, channel, consumers)
+                self._consume(conn, channel, consumer_tags)
             except Exception as exc:  # any failure of the connection or the channel: start over
                 self._set_connected(False)
                 self._pending.clear()  # never acknowledged: the broker delivers them again
@@ -169,7 +169,7 @@ class BusConsumer:
                 self._metrics.exchange_bound.labels(exchange).set(0)
             self._bound.clear()
 
-    def _open(self, conn: kombu.Connection) -> tuple[Any, list[kombu.Consumer]]:
+    def _open(self, conn: kombu.Connection) -> tuple[Any, list[str]]:
         s = self.settings
         channel = conn.channel()
         channel.basic_qos(0, s.prefetch, False)
@@ -178,13 +178,11 @@ class BusConsumer:
                                   arguments=s.queue_arguments())
         self._bind_missing(conn)
         self._next_rebind = time.monotonic() + s.rebind_every
-        consumers = []
-        for topic in s.topics:
-            consumer = kombu.Consumer(channel, queues=[kombu.Queue(queue_name(s.pool, topic), no_declare=True)],
-                                      on_message=self._receiver(topic), auto_declare=False, no_ack=False)
-            consumer.consume()
-            consumers.append(consumer)
-        return channel, consumers
+        # py-amqp's own consumer callback: kombu's Message wrapper and its decoding would only add cost
+        # (the body is read here, as bytes, whatever its content type says).
+        tags = [channel.basic_consume(queue=queue_name(s.pool, topic), callback=self._receiver(topic), no_ack=False)
+                for topic in s.topics]
+        return channel, tags
 
     def _bind_missing(self, conn: kombu.Connection) -> None:
         """Bind the queues on every exchange not bound yet; a missing exchange is tried again later.
@@ -224,18 +222,19 @@ class BusConsumer:
     def _receiver(self, topic: str) -> Callable[[Any], None]:
         def on_message(message: Any) -> None:
             body = message.body
-            if isinstance(body, str):  # kombu hands bodies of some content types over decoded
+            if isinstance(body, str):  # py-amqp decodes a body whose content_encoding it knows
                 body = body.encode("utf-8", "surrogatepass")
             outcome = self._read(body)
             if not self._pending:
                 self._flush_due = time.monotonic() + self.settings.batch_timeout
+            info = message.delivery_info
             self._pending.append(_Delivery(
-                message.delivery_tag, message.delivery_info.get("exchange", ""), topic, outcome,
+                info["delivery_tag"], info.get("exchange", ""), topic, outcome,
                 raw_text(body) if isinstance(outcome, Rejected) else None,
             ))
         return on_message
 
-    def _consume(self, conn: kombu.Connection, channel: Any, consumers: Sequence[kombu.Consumer]) -> None:
+    def _consume(self, conn: kombu.Connection, channel: Any, consumer_tags: Sequence[str]) -> None:
         s = self.settings
         next_heartbeat = 0.0
         while not self._stop.is_set():
@@ -256,8 +255,8 @@ class BusConsumer:
                 self._next_rebind = now + s.rebind_every
         # Stopping: no new deliveries; what was read is buffered and acknowledged if the buffer takes
         # it, else left unacknowledged for the broker to deliver again.
-        for consumer in consumers:
-            _quietly(consumer.cancel)
+        for tag in consumer_tags:
+            _quietly(lambda tag=tag: channel.basic_cancel(tag))
         if self._pending:
             self._flush(channel, final=True)
 

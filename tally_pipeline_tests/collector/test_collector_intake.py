@@ -114,3 +114,14 @@ def test_the_raw_text_keeps_undecodable_bytes_visible_and_cuts_a_huge_body() -> 
     assert raw_text(b"ok \xff") == "ok \\xff"
     huge = raw_text(b"x" * (MAX_RAW_BYTES + 10))
     assert huge.endswith("[10 more bytes not kept]") and huge.startswith("x" * 100)
+
+
+def test_the_buffered_text_is_what_the_collector_client_writes() -> None:
+    from tally_pipeline.collector.protocol import encode_event
+
+    for name in ("cinder/volume.create.end.json", "glance/image.upload.json", "octavia/octavia.loadbalancer.create.end.json"):
+        message = sample(name)
+        message["publisher_id"] = "host-naïve-☃-𝄞"  # kept in the event; beyond ASCII, beyond the BMP
+        outcome = read(envelope(message))
+        assert isinstance(outcome, Mapped)
+        assert (outcome.event_id, outcome.body) == encode_event(map_notification(message, cloud="c1"))

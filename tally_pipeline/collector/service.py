@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
@@ -41,6 +42,9 @@ class CollectorService:
     max_buffered_bytes: int = 1 << 30
     max_bus_rejections: int = 100_000
     http_timeout: float = 10.0
+    #: reads cinder's volume type names (id → name), or None when it cannot; None: the ids are kept
+    volume_type_names: Callable[[], Mapping[str, str] | None] | None = None
+    volume_types_refresh: float = 3600.0
 
 
 def run(service: CollectorService, stop: threading.Event) -> int:
@@ -52,7 +56,9 @@ def run(service: CollectorService, stop: threading.Event) -> int:
                           max_bus_rejections=service.max_bus_rejections, timeout=service.http_timeout,
                           on_result=metrics.on_send)
     metrics.watch_buffer(collector.buffer.gauges)
-    consumer = BusConsumer(service.bus, collector, partial(read_message, cloud=service.cloud), metrics)
+    names: dict[str, str] = {}  # filled in place by the refresher; the reader sees each update whole
+    consumer = BusConsumer(service.bus, collector, partial(read_message, cloud=service.cloud,
+                                                           volume_type_names=names), metrics)
     reading = threading.Thread(target=_guarded(consumer.run, stop), name="tally-collector-bus", daemon=True)
     try:
         server = MetricsServer(metrics, partial(_health, consumer, reading, collector), service.metrics_host,
@@ -62,6 +68,10 @@ def run(service: CollectorService, stop: threading.Event) -> int:
         raise
     log.info("collecting for cloud %s into %s, sending to %s; /metrics and /healthz on %s:%d", service.cloud,
              service.buffer_dir, collector.url, service.metrics_host, server.port)
+    if service.volume_type_names is not None:
+        _refresh(service.volume_type_names, names)  # before the first message: types by name from the start
+        threading.Thread(target=_refreshing, args=(service.volume_type_names, names, service.volume_types_refresh,
+                                                   stop), name="tally-collector-volume-types", daemon=True).start()
     server.start()
     collector.start()
     reading.start()
@@ -91,6 +101,19 @@ def _drain(collector: Collector, timeout: float) -> int:
     else:
         log.warning("stopped with %d events buffered in %s: the next start sends them", left, collector.buffer.dir)
     return 0
+
+
+def _refresh(read: Callable[[], Mapping[str, str] | None], names: dict[str, str]) -> None:
+    found = read()
+    if found is not None:
+        names.update(found)  # a type deleted from cinder keeps its name: old volumes still carry its id
+        log.info("cinder's volume types by name: %d", len(names))
+
+
+def _refreshing(read: Callable[[], Mapping[str, str] | None], names: dict[str, str], every: float,
+                stop: threading.Event) -> None:
+    while not stop.wait(every):
+        _refresh(read, names)
 
 
 def _guarded(target: Any, stop: threading.Event) -> Any:

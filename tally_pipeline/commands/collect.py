@@ -14,16 +14,18 @@ TOKEN_ENV = "TALLY_COLLECTOR_TOKEN"
 PASSWORD_ENV = "TALLY_COLLECTOR_TRANSPORT_PASSWORD"
 
 
-def _settings(config_path: str | None, given: dict[str, Any]) -> Any:
-    """The config file's ``collector:`` section with the command line's values over it, validated."""
+def _settings(config_path: str | None, given: dict[str, Any]) -> tuple[Any, dict[str, Any]]:
+    """The config file's ``collector:`` section with the command line's values over it, validated; and the
+    file's clouds."""
     from pydantic import ValidationError
 
     from tally_pipeline.config import CollectorSettings, ConfigError, load_config
 
     try:
-        section = load_config(config_path).collector
+        config = load_config(config_path)
     except ConfigError as exc:
         raise click.ClickException(str(exc)) from None
+    section = config.collector
     merged = {**section.model_dump(exclude_unset=True), **{k: v for k, v in given.items() if v not in (None, ())}}
     try:
         settings = CollectorSettings.model_validate(merged)
@@ -36,11 +38,39 @@ def _settings(config_path: str | None, given: dict[str, Any]) -> Any:
         raise click.ClickException("; ".join(
             f"no {key}: give --{key.replace('_', '-')}, ${_ENV[key]} or collector.{key} in the config file"
             for key in missing))
-    return settings
+    return settings, config.clouds
 
 
 _ENV = {"cloud": "TALLY_COLLECTOR_CLOUD", "transport_url": "TALLY_COLLECTOR_TRANSPORT_URL",
         "api_url": "TALLY_COLLECTOR_URL", "buffer_dir": "TALLY_COLLECTOR_BUFFER_DIR"}
+
+
+def volume_type_names(clouds: dict[str, Any], cloud: str) -> Any:
+    """A reader of cinder's volume type names (id → name) for ``cloud`` when the config's ``clouds:`` holds it
+    as an OpenStack cloud, else None. Cinder's notifications name a type by its id, its API by its name:
+    with the names both paths agree (without them reconciliation corrects each new volume's type once).
+    The reader returns None when the cloud's API cannot say (the collector then keeps the ids)."""
+    import logging
+
+    entry = clouds.get(cloud)
+    if entry is None or getattr(entry, "provider", None) != "openstack":
+        return None
+    log = logging.getLogger("tally_pipeline.collector")
+
+    def read() -> dict[str, str] | None:
+        from tally_pipeline.adapters import adapter_for
+
+        try:
+            adapter = adapter_for(cloud, entry)
+            try:
+                return adapter.volume_type_names()
+            finally:
+                getattr(adapter, "close", lambda: None)()
+        except Exception as exc:  # the bus is read all the same; the names come at the next try
+            log.warning("cannot read cinder's volume type names of %s (%s: %s): volume types stay ids for now",
+                        cloud, type(exc).__name__, exc)
+            return None
+    return read
 
 
 def _token(token_file: Path | None) -> str | None:
@@ -107,7 +137,7 @@ def collect_openstack(config_path: str | None, log_level: str, **given: Any) -> 
     from tally_pipeline.collector.transport import TransportURLError, broker_of
 
     _logging(log_level)
-    s = _settings(config_path, given)
+    s, clouds = _settings(config_path, given)
     try:
         broker = broker_of(s.transport_url, password=os.environ.get(PASSWORD_ENV))
     except TransportURLError as exc:
@@ -122,7 +152,7 @@ def collect_openstack(config_path: str | None, log_level: str, **given: Any) -> 
         cloud=s.cloud, api_url=s.api_url, token=_token(s.token_file), buffer_dir=s.buffer_dir, bus=bus,
         metrics_host=s.metrics_host, metrics_port=s.metrics_port, drain_timeout=s.drain_timeout,
         max_buffered_events=s.max_buffered_events, max_buffered_bytes=s.max_buffered_bytes,
-        max_bus_rejections=s.max_bus_rejections,
+        max_bus_rejections=s.max_bus_rejections, volume_type_names=volume_type_names(clouds, s.cloud),
     )
     stop = threading.Event()
     for signum in (signal.SIGTERM, signal.SIGINT):

@@ -109,3 +109,24 @@ def test_an_option_wins_over_the_file_and_is_checked_like_it(tmp_path: Path) -> 
     result = CliRunner().invoke(main, ["collect", "openstack", "--cloud", "bad cloud", "--config",
                                        str(_config(tmp_path, "collector:\n  cloud: good\n"))])
     assert result.exit_code == 1 and "collector.cloud (--cloud): String should match pattern" in result.output
+
+
+@pytest.mark.filterwarnings("ignore::PendingDeprecationWarning")
+def test_volume_type_names_come_from_the_clouds_cinder_when_the_config_knows_the_cloud(caplog) -> None:
+    from tally_pipeline.commands.collect import volume_type_names
+    from tally_pipeline.config import OpenStackCloud, SimulatedCloud
+    from tally_pipeline.fakes.openstack_json import volume_type_id
+    from tally_pipeline_tests.adapters.openstack_cloud import config, running_fake
+
+    with running_fake() as fake:
+        entry = config(fake)
+        read = volume_type_names({"region-one": entry}, "region-one")
+        assert read is not None and read() == {volume_type_id("ssd"): "ssd", volume_type_id("hdd"): "hdd"}
+    assert volume_type_names({"region-one": entry}, "elsewhere") is None
+    assert volume_type_names({"sim": SimulatedCloud(provider="simulated")}, "sim") is None
+    gone = OpenStackCloud(provider="openstack", auth={"auth_url": "http://127.0.0.1:9/v3", "username": "u",
+                                                       "password": "p", "project_name": "p"},
+                          timeout=1, retries=0)
+    read = volume_type_names({"region-one": gone}, "region-one")
+    assert read is not None and read() is None
+    assert "volume types stay ids for now" in caplog.text

@@ -177,14 +177,15 @@ def _consume_and_ack(amqp_url: str, queue: str, count: int, prefetch: int) -> di
     with kombu.Connection(amqp_url) as conn:
         channel = conn.channel()
         channel.basic_qos(0, prefetch, False)
-        started = time.perf_counter()
+        started, cpu = time.perf_counter(), time.process_time()
         channel.basic_consume(queue=queue, callback=on_message, no_ack=False)
         while got[0] < count:
             conn.drain_events(timeout=60)
         if last[0]:
             channel.basic_ack(last[0], multiple=True)
-        seconds = time.perf_counter() - started
-    return {"seconds": round(seconds, 2), "per_second": round(count / seconds)}
+        seconds, cpu = time.perf_counter() - started, time.process_time() - cpu
+    return {"seconds": round(seconds, 2), "per_second": round(count / seconds),
+            "cpu_us_per_notification": round(cpu / count * 1e6)}
 
 
 def _drain_listener(listener: Any, count: int) -> dict[str, Any]:

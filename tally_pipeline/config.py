@@ -163,6 +163,65 @@ class ApiSettings(_Strict):
     max_connections: int | None = Field(default=1000, ge=1, description="beyond this many open connections a request is answered 503")
 
 
+_NAME = r"^[A-Za-z0-9_.-]{1,200}$"
+CLOUD_NAME = r"^[A-Za-z0-9_.-]{1,63}$"
+DEFAULT_TOPICS = ("notifications", "versioned_notifications")
+DEFAULT_EXCHANGES = ("nova", "cinder", "neutron", "glance", "octavia")
+
+
+class CollectorSettings(_Strict):
+    """``tally collect openstack``: the notification bus collector (docs/collector.md).
+
+    Every key can also be given on the command line, which wins; secrets can come from the
+    environment instead of this file (``TALLY_COLLECTOR_TRANSPORT_PASSWORD``, ``TALLY_COLLECTOR_TOKEN``).
+    """
+
+    cloud: str | None = Field(default=None, pattern=CLOUD_NAME, description="the cloud its events are for")
+    transport_url: str | None = Field(
+        default=None, description="oslo.messaging transport URL of the cloud's RabbitMQ, e.g. rabbit://tally@rabbit:5672/")
+    api_url: str | None = Field(default=None, description="base URL of the ingest API")
+    token_file: Path | None = Field(default=None, description="file holding the API bearer token")
+    buffer_dir: Path | None = Field(default=None, description="the disk buffer's directory (local filesystem)")
+    pool: str = Field(default="tally", pattern=_NAME, description="names the collector's queues: <pool>.<topic>")
+    topics: list[str] = Field(default_factory=lambda: list(DEFAULT_TOPICS), min_length=1)
+    exchanges: list[str] = Field(default_factory=lambda: list(DEFAULT_EXCHANGES), min_length=1)
+    metrics_host: str = "127.0.0.1"
+    metrics_port: int = Field(default=8081, ge=0, le=65535)
+    durable_queues: bool = Field(default=True, description="the collector's queues survive a broker restart")
+    queue_type: Literal["classic", "quorum"] = "classic"
+    prefetch: int = Field(default=1000, ge=1, le=65535, description="unacknowledged messages per queue, at most")
+    batch_size: int = Field(default=500, ge=1, le=10_000, description="messages buffered in one fsync'd write")
+    batch_timeout: float = Field(default=0.2, gt=0, le=60, description="seconds a read message waits for its batch")
+    heartbeat: int = Field(default=60, ge=0, le=3600, description="AMQP heartbeat in seconds (0: none)")
+    reconnect_max_delay: float = Field(default=60.0, ge=1, description="longest wait between reconnections (s)")
+    rebind_interval: float = Field(default=30.0, gt=0, description="seconds between tries to bind a missing exchange")
+    max_buffered_events: int = Field(default=1_000_000, ge=1)
+    max_buffered_bytes: int = Field(default=1 << 30, ge=1024)
+    max_bus_rejections: int = Field(default=100_000, ge=1, description="rejected bus messages kept (oldest go)")
+    drain_timeout: float = Field(default=20.0, ge=0, description="seconds to empty the buffer after SIGTERM")
+
+    @field_validator("topics", "exchanges")
+    @classmethod
+    def _names(cls, value: list[str]) -> list[str]:
+        import re
+
+        for name in value:
+            if not re.match(_NAME, name):
+                raise ValueError(f"{name!r} must match {_NAME}")
+        if len(set(value)) != len(value):
+            raise ValueError("names a value twice")
+        return value
+
+    @field_validator("transport_url")
+    @classmethod
+    def _rabbit(cls, value: str | None) -> str | None:
+        if value is not None:
+            remember_url_password(value)
+            if not value.startswith("rabbit://"):
+                raise ValueError("must be an oslo.messaging rabbit:// URL")
+        return value
+
+
 class TallyConfig(_Strict):
     database: str = DEFAULT_DATABASE
     tokens_file: Path | None = None
@@ -175,6 +234,7 @@ class TallyConfig(_Strict):
     alerts: AlertSettings = Field(default_factory=AlertSettings)
     dead_letter: DeadLetterSettings = Field(default_factory=DeadLetterSettings)
     analytics: AnalyticsSettings = Field(default_factory=AnalyticsSettings)
+    collector: CollectorSettings = Field(default_factory=CollectorSettings)
 
     @field_validator("database")
     @classmethod
@@ -248,6 +308,10 @@ def _resolve_paths(config: TallyConfig, base: Path) -> TallyConfig:
         value = getattr(config, key)
         if value is not None and not value.is_absolute():
             updates[key] = base / value
+    collector = {key: base / value for key in ("token_file", "buffer_dir")
+                 if (value := getattr(config.collector, key)) is not None and not value.is_absolute()}
+    if collector:
+        updates["collector"] = config.collector.model_copy(update=collector)
     if config.database.startswith("duckdb://"):
         # duckdb://PATH takes PATH literally: duckdb:///abs/x.duckdb is absolute, duckdb://x.duckdb relative.
         local = config.database.removeprefix("duckdb://")

@@ -36,15 +36,22 @@ _known: frozenset[str] = frozenset()
 
 def remember_url_password(url: str) -> None:
     """Mask this URL's password (as written and percent-decoded) wherever it appears from now on."""
-    global _known
     try:
         password = urlsplit(url).password
     except ValueError:
         return
-    if not password:
+    if password:
+        remember_secret(password)
+
+
+def remember_secret(secret: str) -> None:
+    """Mask ``secret`` (as written and percent-decoded) wherever it appears from now on: a password that
+    no URL shape gives away, e.g. one host's in a broker URL listing several."""
+    global _known
+    if not secret:
         return
     with _known_lock:
-        _known = _known | {password, unquote(password)}
+        _known = _known | {secret, unquote(secret)}
 
 
 def redact(text: str) -> str:

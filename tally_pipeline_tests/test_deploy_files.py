@@ -45,12 +45,23 @@ def _k8s() -> list[dict[str, Any]]:
     return _yaml(DEPLOY / "k8s" / "api.yaml")
 
 
+def _collector_k8s() -> list[dict[str, Any]]:
+    return _yaml(DEPLOY / "k8s" / "base" / "collector.yaml")
+
+
+def _systemd(name: str) -> dict[str, str]:
+    """The ``key=value`` lines of a unit file (one value per key is enough here)."""
+    lines = (DEPLOY / "systemd" / name).read_text().splitlines()
+    return dict(line.split("=", 1) for line in lines if "=" in line and not line.startswith("#"))
+
+
 def _commands() -> list[list[str]]:
     """Every command line the deploy files run."""
     found = [svc["command"] for svc in _compose()["services"].values() if "command" in svc]
-    for doc in _k8s():
+    for doc in [*_k8s(), *_collector_k8s()]:
         if doc["kind"] == "Deployment":
             found += [c["command"] for c in doc["spec"]["template"]["spec"]["containers"]]
+    found.append(["tally", *_systemd("tally-collector.service")["ExecStart"].split()[1:]])
     docker_cmd = re.search(r"^CMD (\[.*\])$", (DEPLOY / "Dockerfile").read_text(), re.M)
     assert docker_cmd, "the Dockerfile has a CMD"
     found.append(yaml.safe_load(docker_cmd.group(1)))
@@ -67,7 +78,7 @@ def test_every_yaml_file_parses(path: str) -> None:
 
 def test_tally_commands_exist_with_their_options() -> None:
     tally = [c for c in _commands() if c[0] == "tally"]
-    assert {tuple(c[:2]) for c in tally} == {("tally", "serve"), ("tally", "db")}
+    assert {tuple(c[:2]) for c in tally} == {("tally", "serve"), ("tally", "db"), ("tally", "collect")}
     for command in tally:
         ctx = click.Context(tally_main)
         cmd: click.Command = tally_main
@@ -253,3 +264,37 @@ def test_the_proxy_mirrors_the_apis_own_limits() -> None:
     # The proxy's idle client timeout matches the API's; its upstream keep-alive stays below it.
     timeouts = re.findall(r"keepalive_timeout (\d+)s;", (DEPLOY / "proxy" / "nginx.conf").read_text())
     assert sorted(int(t) for t in timeouts) == [api.keep_alive_timeout - 1, api.keep_alive_timeout]
+
+
+def test_the_collector_deployments_agree_on_port_probes_secrets_and_stop_time() -> None:
+    from tally_pipeline.config import CollectorSettings
+
+    drain = CollectorSettings().drain_timeout
+    service = _compose()["services"]["collector"]
+    command = service["command"]
+    port = command[command.index("--metrics-port") + 1]
+    assert f":{port}/healthz" in " ".join(service["healthcheck"]["test"]) and service["ports"] == [f"{port}:{port}"]
+    assert command[command.index("--api-url") + 1] == f"http://proxy:{API_PORT}"
+    token = command[command.index("--token-file") + 1]
+    assert (DEPLOY / "tally" / Path(token).name).read_text().strip() == "change-me-collector"  # in tokens.yaml
+    assert float(service["stop_grace_period"].rstrip("s")) > drain
+    deployment = next(d for d in _collector_k8s() if d["kind"] == "Deployment")
+    pod = deployment["spec"]["template"]["spec"]
+    [container] = pod["containers"]
+    k8s_port = container["command"][container["command"].index("--metrics-port") + 1]
+    assert container["ports"] == [{"name": "metrics", "containerPort": int(k8s_port)}]
+    for probe in ("readinessProbe", "livenessProbe"):
+        assert container[probe]["httpGet"] == {"path": "/healthz", "port": "metrics"}
+    assert deployment["spec"]["replicas"] == 1 and deployment["spec"]["strategy"] == {"type": "Recreate"}
+    assert pod["terminationGracePeriodSeconds"] > drain
+    assert container["command"][container["command"].index("--api-url") + 1] == "http://tally-api"  # api.yaml's Service
+    unit = _systemd("tally-collector.service")
+    assert float(unit["TimeoutStopSec"]) > drain and unit["KillSignal"] == "SIGTERM"
+    # Every secret the files hand the collector is read by it.
+    source = (ROOT / "tally_pipeline" / "commands" / "collect.py").read_text()
+    named = set(service["environment"]) - set(_compose()["x-tally"]["environment"])
+    named |= set(re.findall(r"TALLY_COLLECTOR_[A-Z_]+", (DEPLOY / "k8s" / "base" / "collector.yaml").read_text()))
+    named |= set(re.findall(r"TALLY_COLLECTOR_[A-Z_]+", (DEPLOY / "systemd" / "tally-collector.service").read_text()))
+    assert named == {"TALLY_COLLECTOR_TRANSPORT_URL", "TALLY_COLLECTOR_TRANSPORT_PASSWORD", "TALLY_COLLECTOR_TOKEN"}
+    for name in named:
+        assert f'"{name}"' in source, name

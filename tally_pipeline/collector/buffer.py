@@ -7,8 +7,11 @@ disk when it returns):
   event's JSON as submitted), ``size`` (bytes of the body), ``enqueued_at`` (unix time),
   ``attempts`` (times it was put in a request), ``last_attempt_at`` and ``claimed_by`` (the sender
   instance holding it in an in-flight request, else NULL).
-- ``rejected``: the local rejected log — events the API answered ``rejected`` for, or that the
-  collector itself could not send (``origin`` ``api`` or ``local``), with reason and message.
+- ``rejected``: the local rejected log — events the API answered ``rejected`` for, events the
+  collector itself could not send, and messages read off a notification bus that are no event
+  (``origin`` ``api``, ``local`` or ``bus``), with reason and message. A ``bus`` row's ``body`` is
+  the message as received, not an event: it is never requeued, and at most ``max_bus_rejections``
+  of them are kept (the oldest go first, counted in ``sender_state``).
 - ``totals``: the buffered count and bytes, kept by triggers so the bound is checked in O(1).
 - ``sender_state``: key/value notes of the last send attempt, success and error (for ``status``).
 
@@ -105,6 +108,27 @@ class RejectionNote:
     reason: str
     message: str | None
     origin: Literal["api", "local"]
+
+
+@dataclass(frozen=True, slots=True)
+class BusRejection:
+    """A message read off a notification bus that is no event: kept, with why, instead of blocking the queue."""
+
+    event_id: str | None
+    body: str
+    reason: str
+    message: str
+
+
+@dataclass(frozen=True, slots=True)
+class BufferGauges:
+    """What a metrics scrape reads: cheap, whatever the buffer holds."""
+
+    buffered: int
+    buffered_bytes: int
+    oldest_enqueued_at: float | None
+    rejected: int
+    bus_rejections_dropped: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -226,14 +250,16 @@ class DiskBuffer:
         max_bytes: int = 1 << 30,
         busy_timeout: float = 30.0,
         owner: str | None = None,
+        max_bus_rejections: int = 100_000,
     ):
-        if max_events < 1 or max_bytes < 1:
+        if max_events < 1 or max_bytes < 1 or max_bus_rejections < 1:
             raise ValueError("the buffer limits must be positive")
         self.dir = Path(buffer_dir)
         self.path = self.dir / DB_NAME
         self.senders = self.dir / SENDERS_DIR
         self.max_events = max_events
         self.max_bytes = max_bytes
+        self.max_bus_rejections = max_bus_rejections
         self.owner = owner or uuid.uuid4().hex
         self._lock = threading.RLock()
         self._closed = False
@@ -319,21 +345,49 @@ class DiskBuffer:
 
     # -- writing events in --------------------------------------------------------------------
 
-    def append(self, entries: Sequence[tuple[str | None, str, int]], now: float) -> None:
-        """Buffer ``(event_id, body, size)`` entries in one fsync'd transaction, all or none."""
-        if not entries:
+    def append(
+        self, entries: Sequence[tuple[str | None, str, int]], now: float, *, rejected: Sequence[BusRejection] = ()
+    ) -> None:
+        """Buffer ``(event_id, body, size)`` entries, and log ``rejected`` bus messages, in one fsync'd
+        transaction, all or none (a consumer acknowledges the messages they came from once it returns)."""
+        if not entries and not rejected:
             return
         added = sum(size for _, _, size in entries)
         with self._write() as con:
-            events, size = con.execute("SELECT events, bytes FROM totals WHERE id = 1").fetchone()
-            if events + len(entries) > self.max_events:
-                raise BufferFull(str(self.path), buffered=events, limit=self.max_events, offered=len(entries))
-            if size + added > self.max_bytes:
-                raise BufferFull(str(self.path), buffered=size, limit=self.max_bytes, offered=added, unit="bytes")
-            con.executemany(
-                "INSERT INTO buffered (event_id, body, size, enqueued_at) VALUES (?, ?, ?, ?)",
-                [(event_id, body, size_, now) for event_id, body, size_ in entries],
-            )
+            if entries:
+                events, size = con.execute("SELECT events, bytes FROM totals WHERE id = 1").fetchone()
+                if events + len(entries) > self.max_events:
+                    raise BufferFull(str(self.path), buffered=events, limit=self.max_events, offered=len(entries))
+                if size + added > self.max_bytes:
+                    raise BufferFull(str(self.path), buffered=size, limit=self.max_bytes, offered=added, unit="bytes")
+                con.executemany(
+                    "INSERT INTO buffered (event_id, body, size, enqueued_at) VALUES (?, ?, ?, ?)",
+                    [(event_id, body, size_, now) for event_id, body, size_ in entries],
+                )
+            if rejected:
+                con.executemany(
+                    "INSERT INTO rejected (event_id, body, reason, message, origin, enqueued_at, rejected_at, attempts) "
+                    "VALUES (?, ?, ?, ?, 'bus', ?, ?, 0)",
+                    [(r.event_id, r.body, r.reason, r.message, now, now) for r in rejected],
+                )
+                self._trim_bus_rejections(con)
+
+    def _trim_bus_rejections(self, con: sqlite3.Connection) -> None:
+        """Keep the newest ``max_bus_rejections`` bus rows: a bus that sends nothing but poison must not fill
+        the disk. What is dropped is counted (``bus_rejections_dropped``), never silently forgotten."""
+        kept = con.execute("SELECT count(*) FROM rejected WHERE origin = 'bus'").fetchone()[0]
+        excess = kept - self.max_bus_rejections
+        if excess <= 0:
+            return
+        con.execute(
+            "DELETE FROM rejected WHERE seq IN "
+            "(SELECT seq FROM rejected WHERE origin = 'bus' ORDER BY seq LIMIT ?)", (excess,)
+        )
+        con.execute(
+            "INSERT INTO sender_state (key, value) VALUES ('bus_rejections_dropped', ?) "
+            "ON CONFLICT (key) DO UPDATE SET value = CAST(value AS INTEGER) + ?",
+            (str(excess), excess),
+        )
 
     # -- the sender's side --------------------------------------------------------------------
 
@@ -441,9 +495,22 @@ class DiskBuffer:
         with self._lock:
             return _status(self._con, str(self.path), now)
 
+    def gauges(self) -> BufferGauges:
+        with self._read() as con:
+            events, size = con.execute("SELECT events, bytes FROM totals WHERE id = 1").fetchone()
+            oldest = con.execute("SELECT enqueued_at FROM buffered ORDER BY seq LIMIT 1").fetchone()
+            rejected = con.execute("SELECT count(*) FROM rejected").fetchone()[0]
+            dropped = con.execute("SELECT value FROM sender_state WHERE key = 'bus_rejections_dropped'").fetchone()
+        return BufferGauges(events, size, None if oldest is None else oldest[0], rejected,
+                            int(dropped[0]) if dropped else 0)
+
     def requeue_rejected(self, *, reason: str | None, now: float) -> int:
-        """Put rejected items back in the buffer (after the API was fixed to accept them); returns how many."""
-        where, params = ("WHERE reason = ?", [reason]) if reason is not None else ("", [])
+        """Put rejected events back in the buffer (after the API was fixed to accept them); returns how many.
+
+        Bus rows stay: they hold a message as it came off the bus, not an event the API could take."""
+        where, params = "WHERE origin <> 'bus'", []
+        if reason is not None:
+            where, params = where + " AND reason = ?", [reason]
         with self._write() as con:
             moving, added = con.execute(
                 f"SELECT count(*), coalesce(sum(length(CAST(body AS BLOB))), 0) FROM rejected {where}", params

@@ -23,7 +23,15 @@ from urllib.parse import urlsplit
 import httpx
 
 from tally_pipeline.collector.backoff import Backoff, parse_retry_after
-from tally_pipeline.collector.buffer import BufferedItem, BufferStatus, DiskBuffer, Order, RejectedItem, RejectionNote
+from tally_pipeline.collector.buffer import (
+    BufferedItem,
+    BufferStatus,
+    BusRejection,
+    DiskBuffer,
+    Order,
+    RejectedItem,
+    RejectionNote,
+)
 from tally_pipeline.collector.errors import CollectorAuthError
 from tally_pipeline.collector.protocol import (
     ENVELOPE_OVERHEAD,
@@ -127,7 +135,8 @@ class Collector:
     A request holds at most ``batch_size`` events and ``max_body_bytes`` bytes (None: no byte limit
     until the API states one in a 413). ``order`` says which end of the buffer is sent first.
     ``sleep``, ``clock`` and ``rng`` pace the retries; tests pass fakes. Without ``sleep`` the
-    background sender's waits end early when ``stop`` is called.
+    background sender's waits end early when ``stop`` is called. ``on_result`` hears every attempt
+    of the background sender (for metrics); it must not raise.
     """
 
     def __init__(
@@ -138,6 +147,7 @@ class Collector:
         *,
         max_buffered: int = 1_000_000,
         max_buffered_bytes: int = 1 << 30,
+        max_bus_rejections: int = 100_000,
         batch_size: int = MAX_BATCH,
         max_body_bytes: int | None = DEFAULT_MAX_BODY,
         order: Order = "oldest",
@@ -150,6 +160,7 @@ class Collector:
         clock: Callable[[], float] = time.time,
         rng: random.Random | None = None,
         http: httpx.Client | None = None,
+        on_result: Callable[[SendResult], None] | None = None,
     ):
         if not 1 <= batch_size <= MAX_BATCH:
             raise ValueError(f"batch_size must be between 1 and {MAX_BATCH}, got {batch_size}")
@@ -175,12 +186,14 @@ class Collector:
         self._custom_sleep = sleep
         self._send_lock = threading.Lock()
         self._failures = 0
+        self._on_result = on_result
         self._thread: threading.Thread | None = None
         self.sender_error: CollectorAuthError | None = None
         self._owns_http = http is None
         self._http = http or httpx.Client(timeout=httpx.Timeout(timeout, connect=connect_timeout))
         try:
-            self._buffer = DiskBuffer(buffer_dir, max_events=max_buffered, max_bytes=max_buffered_bytes)
+            self._buffer = DiskBuffer(buffer_dir, max_events=max_buffered, max_bytes=max_buffered_bytes,
+                                      max_bus_rejections=max_bus_rejections)
         except BaseException:
             if self._owns_http:
                 self._http.close()
@@ -220,7 +233,14 @@ class Collector:
         for event in events:
             event_id, body = encode_event(event)
             entries.append((event_id, body, len(body.encode("utf-8"))))
-        self._buffer.append(entries, now=self._clock())
+        return self.submit_encoded(entries)
+
+    def submit_encoded(
+        self, entries: Sequence[tuple[str | None, str, int]], *, rejected: Sequence[BusRejection] = ()
+    ) -> int:
+        """Buffer ``(event_id, body, size)`` entries made with ``encode_event``, and log ``rejected`` bus
+        messages, in one fsync'd transaction, all or none; returns how many events."""
+        self._buffer.append(entries, now=self._clock(), rejected=rejected)
         if entries:
             self._wake.set()
         return len(entries)
@@ -343,6 +363,8 @@ class Collector:
                 log.exception("collector sender: the buffer failed")
                 self._failures += 1
                 result = SendResult("refused", error=f"buffer error: {exc}")
+            if self._on_result is not None:
+                self._on_result(result)
             self._signal_progress()
             if result.outcome == "sent":
                 continue

@@ -50,6 +50,18 @@ def _age(seconds: float) -> str:
     return f"{secs}s"
 
 
+def _rejected_entry(r: Any) -> dict[str, Any]:
+    """One row of the rejected log: an event (origin api or local), or a bus message as received (origin
+    bus: ``raw``, which need not be JSON; ``event_id`` is then the notification's message_id)."""
+    entry = {"event_id": r.event_id, "reason": r.reason, "message": r.message, "origin": r.origin,
+             "rejected_at": r.rejected_at, "attempts": r.attempts}
+    if r.origin == "bus":
+        entry["raw"] = r.body
+    else:
+        entry["event"] = json.loads(r.body)
+    return entry
+
+
 def register(main: click.Group) -> None:
     @main.group()
     def collector() -> None:
@@ -136,7 +148,8 @@ def register(main: click.Group) -> None:
     @click.option("--limit", type=click.IntRange(1), default=20, show_default=True)
     @AS_JSON
     def rejected(buffer_dir: Path, reason: str | None, limit: int, as_json: bool) -> None:
-        """The local rejected log, newest first."""
+        """The local rejected log, newest first: events the API or the collector refused, and bus messages
+        that are no event (origin ``bus``, kept as received)."""
         from tally_pipeline.collector.buffer import DiskBuffer
 
         buf = DiskBuffer(_existing(buffer_dir))
@@ -145,11 +158,7 @@ def register(main: click.Group) -> None:
         finally:
             buf.close()
         if as_json:
-            click.echo(json.dumps([
-                {"event_id": r.event_id, "reason": r.reason, "message": r.message, "origin": r.origin,
-                 "rejected_at": r.rejected_at, "attempts": r.attempts, "event": json.loads(r.body)}
-                for r in items
-            ], indent=2))
+            click.echo(json.dumps([_rejected_entry(r) for r in items], indent=2))
             return
         for r in items:
             click.echo(f"{r.event_id}\t{r.reason}\t{r.origin}\t{r.message or ''}")
@@ -158,7 +167,8 @@ def register(main: click.Group) -> None:
     @BUFFER_DIR
     @click.option("--reason", help="Only rejections with this reason code (default: all).")
     def requeue(buffer_dir: Path, reason: str | None) -> None:
-        """Move rejected events back into the buffer, e.g. after the API learned a new resource type."""
+        """Move rejected events back into the buffer, e.g. after the API learned a new resource type
+        (bus messages stay: they are no event)."""
         from tally_pipeline.collector.buffer import DiskBuffer
         from tally_pipeline.collector.errors import BufferFull
 

@@ -71,7 +71,7 @@ def test_metrics_are_valid_exposition_with_the_alert_inputs(store_url, tmp_path)
 
 def test_rules_file_parses_and_reads_only_exported_metrics(store_url, tmp_path) -> None:
     rules = yaml.safe_load((ROOT / "docs/alerts/prometheus-rules.yaml").read_text())
-    [group] = rules["groups"]
+    [group] = [g for g in rules["groups"] if g["name"] == "tally"]  # the API's; the collector's are its own
     by_name = {r["alert"]: r for r in group["rules"]}
     assert set(by_name) == set(ALERTS)
     exported = {line.split()[2] for line in scrape(store_url, tmp_path).splitlines() if line.startswith("# TYPE")}

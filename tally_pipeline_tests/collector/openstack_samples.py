@@ -51,3 +51,19 @@ def _merge(into: dict[str, Any], update: dict[str, Any]) -> None:
             _merge(into[key], value)
         else:
             into[key] = value
+
+
+def service_samples() -> list[tuple[str, str, dict[str, Any]]]:
+    """Every sample as its service publishes it: (control exchange, topic, message). Nova sends its
+    legacy format on ``notifications`` and its versioned one on ``versioned_notifications``."""
+    found: list[tuple[str, str, dict[str, Any]]] = []
+    for path in sorted(SAMPLES.rglob("*.json")):
+        relative = path.relative_to(SAMPLES)
+        if "common_payloads" in relative.parts:
+            continue
+        if relative.parts[:2] == ("nova", "versioned"):
+            message = versioned_sample(path.stem, message_id="given-by-the-notifier", timestamp="given-too")
+            found.append(("nova", "versioned_notifications", message))
+        else:
+            found.append((relative.parts[0], "notifications", sample(str(relative))))
+    return found

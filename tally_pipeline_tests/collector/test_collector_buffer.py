@@ -15,7 +15,8 @@ from pathlib import Path
 import pytest
 
 from tally_pipeline.collector import BufferFull, Collector, buffer_status
-from tally_pipeline.collector.buffer import DB_NAME, DiskBuffer
+from tally_pipeline.collector.buffer import DB_NAME, BusRejection, DiskBuffer, RejectionNote
+from tally_pipeline.collector.protocol import encode_event
 from tally_pipeline_tests.collector_api import volume_event
 
 NOWHERE = "http://127.0.0.1:9"  # never contacted in these tests
@@ -23,6 +24,11 @@ NOWHERE = "http://127.0.0.1:9"  # never contacted in these tests
 
 def open_collector(buffer_dir: Path, **kwargs) -> Collector:
     return Collector(NOWHERE, None, buffer_dir, **kwargs)
+
+
+def encode_entry(event: dict) -> tuple[str | None, str, int]:
+    event_id, body = encode_event(event)
+    return event_id, body, len(body.encode())
 
 
 def test_a_fresh_collector_sees_everything_submitted(tmp_path):
@@ -220,3 +226,41 @@ def test_a_newer_buffer_schema_is_refused(tmp_path):
     with pytest.raises(BufferSchemaError, match="version 99"):
         open_collector(tmp_path)
     assert os.path.exists(tmp_path / DB_NAME)
+
+
+def _bus(n: int, reason: str = "unparseable") -> BusRejection:
+    return BusRejection(f"m-{n}", f"raw body {n} \\xff", reason, f"why {n}")
+
+
+def test_events_and_bus_rejections_go_in_together_or_not_at_all(tmp_path):
+    with open_collector(tmp_path, max_buffered=3) as c:
+        entries = [encode_entry(volume_event(i)) for i in range(2)]
+        c.submit_encoded(entries, rejected=[_bus(1), _bus(2, "unknown_type")])
+        with pytest.raises(BufferFull):
+            c.submit_encoded([encode_entry(volume_event(i)) for i in range(2, 4)], rejected=[_bus(3)])
+        assert c.buffered() == 2
+        logged = c.rejected()
+        gauges = c.buffer.gauges()
+    assert [(r.event_id, r.reason, r.origin, r.attempts) for r in logged] == [
+        ("m-2", "unknown_type", "bus", 0), ("m-1", "unparseable", "bus", 0)]
+    assert logged[0].body == "raw body 2 \\xff" and logged[0].message == "why 2"
+    assert (gauges.buffered, gauges.rejected, gauges.bus_rejections_dropped) == (2, 2, 0)
+    assert gauges.buffered_bytes == sum(size for _, _, size in entries) and gauges.oldest_enqueued_at is not None
+
+
+def test_requeue_leaves_bus_messages_in_the_rejected_log(tmp_path):
+    with open_collector(tmp_path) as c:
+        c.submit_encoded([], rejected=[_bus(1, "invalid")])
+        c.buffer.append([encode_entry(volume_event(9))], now=1.0)
+        (item,) = c.buffer.claim(limit=10, max_bytes=None, order="oldest", now=2.0)
+        c.buffer.settle(done=(), rejected=[RejectionNote(item.seq, "invalid", "the API said no", "api")], now=3.0)
+        assert c.buffer.requeue_rejected(reason="invalid", now=4.0) == 1
+        assert [r.origin for r in c.rejected()] == ["bus"] and c.buffered() == 1
+
+
+def test_bus_rejections_beyond_the_cap_drop_the_oldest_and_count_them(tmp_path):
+    with open_collector(tmp_path, max_bus_rejections=3) as c:
+        c.submit_encoded([], rejected=[_bus(n) for n in range(2)])
+        c.submit_encoded([], rejected=[_bus(n) for n in range(2, 6)])
+        assert [r.event_id for r in c.rejected()] == ["m-5", "m-4", "m-3"]
+        assert c.buffer.gauges().bus_rejections_dropped == 3

@@ -25,7 +25,14 @@ from typing import Any
 import orjson
 
 from tally_pipeline import projection
-from tally_pipeline.adapters.base import RUN_TIME_BOUND, Confirmation, DeletedListing, PlatformAdapter, list_type
+from tally_pipeline.adapters.base import (
+    RUN_TIME_BOUND,
+    Confirmation,
+    DeletedListing,
+    Failed,
+    PlatformAdapter,
+    list_type,
+)
 from tally_pipeline.core import reconcile as rules
 from tally_pipeline.core.timeutil import to_utc
 from tally_pipeline.ingest import Ingestor
@@ -162,9 +169,15 @@ class _Lease:
             self._renewed = time.monotonic()
 
     def check(self) -> None:
-        """Raise ``LockLost`` unless the run still holds its lock."""
+        """Raise ``LockLost`` unless the run still holds its lock, renewing it on the way: asked of
+        the store itself, so a takeover since the last renewal is seen before the run writes."""
         if self._lost is None and time.monotonic() - self._renewed > self.lease:
             self._lost = f"its lock was not renewed for {self.lease:g}s (the store did not answer)"
+        if self._lost is None:
+            if runs_sql.renew_lock(self.store, self.cloud, self.run_id, _wall()):
+                self._renewed = time.monotonic()
+            else:
+                self._lost = "its lock was taken over by another run"
         if self._lost is not None:
             raise LockLost(f"the reconciliation of cloud {self.cloud!r} stopped: {self._lost}")
 
@@ -280,6 +293,11 @@ def _reconcile(store: Store, ingestor: Ingestor, adapter: PlatformAdapter, run: 
     observed_at = getattr(adapter, "observed_at", None)
     for rtype in types:
         began = to_utc(observe())
+        if deadline is not None and time.monotonic() > deadline:
+            listings.append(Failed(rtype, f"{RUN_TIME_BOUND}: not listed, the run's time bound was reached",
+                                   code=RUN_TIME_BOUND))
+            polls[rtype] = began
+            continue
         listings.append(list_type(adapter, rtype, at=began, deadline=deadline))
         # A platform that dates its answers (OpenStack: the first page's Date) says best when it was seen.
         seen = observed_at(rtype) if observed_at is not None else None

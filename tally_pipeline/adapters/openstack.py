@@ -173,7 +173,11 @@ class OpenStackAdapter:
             roles=frozenset(access.role_names or ()), system_scope=bool(access.system_scoped))
 
     def listing_scope(self, resource_type: str) -> ListingScope:
-        """Whether this cloud's credentials list every project's ``resource_type`` (``core.scope``)."""
+        """Whether this cloud's credentials list every project's ``resource_type`` (``core.scope``).
+
+        Asked as a listing of the type begins: the previous listing's date is forgotten, so a type
+        not listed this time has no stale poll time."""
+        self._observed.pop(resource_type, None)
         try:
             creds = self.credentials()
         except Exception as exc:  # noqa: BLE001 - no token, no proof: the reason says why

@@ -75,7 +75,8 @@ class Handler(BaseHTTPRequestHandler):
         parts = urllib.parse.urlsplit(self.path)
         path = parts.path.rstrip("/") or "/"
         query = urllib.parse.parse_qs(parts.query, keep_blank_values=True)
-        self._context: dict[str, Any] = {"resource_type": None, "microversion": None, "show": False}
+        self._context: dict[str, Any] = {"resource_type": None, "microversion": None, "show": False,
+                                         "method": method, "path": parts.path, "query": query}
         try:
             if method == "POST":
                 self._post(path)
@@ -303,6 +304,8 @@ class Handler(BaseHTTPRequestHandler):
         fault = self.fake._fault_for(resource_type, show=show)
         kind = fault.kind if isinstance(fault, Fault) else fault
         if kind == "hold":  # until the test releases it (or the server stops), then as usual
+            context = self._context
+            self._record(context["method"], context["path"], context["query"], 0)  # seen, not yet answered
             self.fake._released.wait(self.fake.hang_limit)
             return False
         if kind == "throttled":

@@ -165,9 +165,14 @@ class OpenStackAdapter:
             raise AdapterError(self._explain(resource_type, exc)) from exc
 
     def credentials(self) -> scope_rules.Credentials:
-        """Who the token says we are: user, project, roles (implied ones included), system scope."""
-        session = self.connection.session
-        access = session.auth.get_access(session)
+        """Who the token says we are: user, project, roles (implied ones included), system scope.
+
+        Raises ``AdapterError`` saying why when there is no token (bad password, keystone down)."""
+        try:
+            session = self.connection.session
+            access = session.auth.get_access(session)
+        except Exception as exc:  # noqa: BLE001 - the reason names what went wrong
+            raise AdapterError(self._explain("identity", exc)) from exc
         return scope_rules.Credentials(
             user=access.username, project_id=access.project_id, project_name=access.project_name,
             roles=frozenset(access.role_names or ()), system_scope=bool(access.system_scoped))
@@ -178,11 +183,7 @@ class OpenStackAdapter:
         Asked as a listing of the type begins: the previous listing's date is forgotten, so a type
         not listed this time has no stale poll time."""
         self._observed.pop(resource_type, None)
-        try:
-            creds = self.credentials()
-        except Exception as exc:  # noqa: BLE001 - no token, no proof: the reason says why
-            raise AdapterError(self._explain(resource_type, exc)) from exc
-        return scope_rules.listing_scope(resource_type, creds, self.config.all_projects_roles)
+        return scope_rules.listing_scope(resource_type, self.credentials(), self.config.all_projects_roles)
 
     def observed_at(self, resource_type: str) -> datetime | None:
         """When the type's latest listing was observed: the ``Date`` its service put on the first

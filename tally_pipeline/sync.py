@@ -353,6 +353,8 @@ def _reconcile(store: Store, ingestor: Ingestor, adapter: PlatformAdapter, run: 
                     continue  # a recovered resource counts once, by its create
                 counts = stored_by_type.setdefault(correction.resource_type, {})
                 counts[key] = counts.get(key, 0) + 1
+                if correction.stuck:
+                    counts["stuck_transition"] = counts.get("stuck_transition", 0) + 1
         if stored == 0:  # a retried run: everything was already written by the same run key
             break
     projection.refresh(store)
@@ -386,11 +388,11 @@ def _summarise(run: SyncRun, first: rules.Plan, last: rules.Plan, stored: dict[s
             "poll_time": o.poll_time.isoformat() if o.poll_time else None,
             "created": counts.get("created", 0), "updated": counts.get("updated", 0),
             "deleted": counts.get("deleted", 0), "recovered": counts.get("recovered", 0),
-            "corrections": sum(counts.values()),
+            "corrections": sum(n for k, n in counts.items() if k != "stuck_transition"),
             "deferred": sum(deferred.values()), "deferred_by_reason": dict(sorted(deferred.items())),
             "unknown": o.unknown, "skipped": dict(sorted(skipped.items())),
             "guard_tripped": o.guard_tripped, "code": o.code,
-            "never_ran": dict(sorted(o.never_ran.items())), "stuck_transition": o.stuck_transition,
+            "never_ran": dict(sorted(o.never_ran.items())), "stuck_transition": counts.get("stuck_transition", 0),
             "restarts": o.restarts,
         }
     for key in ("created", "updated", "deleted", "recovered", "deferred", "stuck_transition"):

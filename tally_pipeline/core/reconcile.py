@@ -87,6 +87,7 @@ class Correction:
     size: dict[str, Any] | None
     why: str  # e.g. "not in projection", "deleted in projection", "missing from listing", "size differs"
     recovered: bool = False  # created and deleted between runs, found in the deleted listing
+    stuck: bool = False  # booked although in transition, for longer than the bound
 
 
 @dataclass(frozen=True, slots=True)
@@ -331,7 +332,8 @@ def _diff_listed(item: ListedResource, p: ProjectedResource | None, settle_from:
                    _latest(item.updated_at, p.last_event_at) + settings.settle_window)
         else:
             result.corrections.append(Correction("update", rtype, rid, now, item.project_id, item.size,
-                                                 f"{what} differs" + (f"; {stuck}" if stuck else "")))
+                                                 f"{what} differs" + (f"; {stuck}" if stuck else ""),
+                                                 stuck=stuck is not None))
             outcome.corrections += 1
             outcome.stuck_transition += stuck is not None
         return
@@ -356,12 +358,14 @@ def _diff_listed(item: ListedResource, p: ProjectedResource | None, settle_from:
         restored = item.updated_at is not None and p.last_event_at < item.updated_at <= now
         when = item.updated_at if restored and item.updated_at is not None else now
         result.corrections.append(Correction("create", rtype, rid, when, item.project_id, item.size,
-                                             "deleted in projection" + (f"; {stuck}" if stuck else "")))
+                                             "deleted in projection" + (f"; {stuck}" if stuck else ""),
+                                             stuck=stuck is not None))
         outcome.corrections += 1
         outcome.stuck_transition += stuck is not None
     else:
         result.corrections.append(Correction("create", rtype, rid, item.created_at, item.project_id, item.size,
-                                             "not in projection" + (f"; {stuck}" if stuck else "")))
+                                             "not in projection" + (f"; {stuck}" if stuck else ""),
+                                             stuck=stuck is not None))
         outcome.corrections += 1
         outcome.stuck_transition += stuck is not None
 

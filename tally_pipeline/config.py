@@ -89,9 +89,14 @@ class OpenStackCloud(_Strict):
     region_name: str | None = None
     interface: str | None = None
     verify: bool | str | None = None
-    timeout: float = Field(default=30.0, gt=0, description="seconds per request before it counts as failed")
+    timeout: float = Field(default=90.0, gt=0, description="seconds per request before it counts as failed; "
+                           "above nova's 60 s cell timeout, so a slow cell answers instead of failing the listing")
     retries: int = Field(default=2, ge=0, le=10, description="retries after a connection failure, timeout or HTTP 429/502/503/504")
     retry_delay: float | None = Field(default=None, ge=0, description="seconds between retries; default: exponential from 0.5 s")
+    max_retry_delay: float = Field(default=30.0, ge=0, description="seconds: the longest wait a Retry-After header may impose")
+    all_projects_roles: dict[str, list[str]] = Field(
+        default_factory=dict,
+        description="per type, roles this deployment's policy lets list every project, beyond the upstream defaults")
     page_size: int = Field(default=1000, ge=1, le=1000)
     deleted_margin: int = Field(
         default=0, ge=0,
@@ -108,6 +113,12 @@ class OpenStackCloud(_Strict):
                 raise ValueError(f"{name!r} is not an OpenStack resource type (known: {', '.join(known)})")
         return value
 
+    @field_validator("all_projects_roles")
+    @classmethod
+    def _role_types(cls, value: dict[str, list[str]]) -> dict[str, list[str]]:
+        cls._openstack_types(list(value))
+        return value
+
 
 CloudConfig = Annotated[SimulatedCloud | OpenStackCloud, Field(discriminator="provider")]
 
@@ -115,6 +126,17 @@ CloudConfig = Annotated[SimulatedCloud | OpenStackCloud, Field(discriminator="pr
 class ReconciliationSettings(_Strict):
     settle_window: float = Field(default=300.0, ge=0, description="seconds")
     mass_delete_guard: float = Field(default=0.5, gt=0, le=1.0)
+    stuck_transition_hours: float = Field(
+        default=24.0, gt=0, description="hours in transition after which a resource is booked as listed")
+    max_run_time: float = Field(default=1800.0, gt=0, description="seconds a run may list and confirm for")
+    lock_lease: float = Field(default=300.0, ge=1, description="seconds a run's lock lasts unless renewed "
+                              "(renewed every third of it while the run lives)")
+
+    def run_options(self) -> dict[str, float]:
+        """The keyword arguments ``sync.run_sync`` takes from this section."""
+        return {"settle_window": self.settle_window, "mass_delete_guard": self.mass_delete_guard,
+                "stuck_transition_hours": self.stuck_transition_hours, "max_run_time": self.max_run_time,
+                "lock_lease": self.lock_lease}
 
 
 class LedgerSettings(_Strict):

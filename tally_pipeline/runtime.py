@@ -60,9 +60,8 @@ class Runtime:
         """One reconciliation run of a configured cloud (see ``tally_pipeline.sync.run_sync``)."""
         from tally_pipeline.sync import run_sync
 
-        settings = self.config.reconciliation
-        return run_sync(self.store, self.ingestor, cloud, self.adapter(cloud), settle_window=settings.settle_window,
-                        mass_delete_guard=settings.mass_delete_guard, now=now, run_key=run_key)
+        return run_sync(self.store, self.ingestor, cloud, self.adapter(cloud),
+                        **self.config.reconciliation.run_options(), now=now, run_key=run_key)
 
     def close(self) -> None:
         for adapter in self._adapters.values():

@@ -1,8 +1,10 @@
 """One reconciliation run for one cloud: refresh, list, diff, confirm, write corrections through the ingest core.
 
 Every run is a ``sync_runs`` row; what it deferred goes to ``sync_deferrals``. Two runs of one cloud
-never overlap: a run takes the cloud's row in ``sync_locks`` (a lease, so a crashed run's lock
-expires) and a second run is refused with ``SyncInProgress`` (the API answers 409).
+never overlap: a run takes the cloud's row in ``sync_locks`` and renews that lease while it lives
+(a crashed run's lock expires one lease after its last renewal); a second run is refused with
+``SyncInProgress`` (the API answers 409). A run that finds its lock gone writes nothing more
+(``LockLost``). A run's listing and confirmations stop at ``max_run_time``.
 
 The run's ``tick`` (a schedule's instant) only names the run: it makes the run key, so a retried
 tick writes the same event ids. Each type's corrections are dated at its own poll time, the
@@ -12,6 +14,8 @@ instant its listing began as the platform dated it (a simulated platform answers
 from __future__ import annotations
 
 import gc
+import threading
+import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -21,21 +25,35 @@ from typing import Any
 import orjson
 
 from tally_pipeline import projection
-from tally_pipeline.adapters.base import Confirmation, DeletedListing, PlatformAdapter, list_type
+from tally_pipeline.adapters.base import (
+    RUN_TIME_BOUND,
+    Confirmation,
+    DeletedListing,
+    Failed,
+    PlatformAdapter,
+    list_type,
+)
 from tally_pipeline.core import reconcile as rules
 from tally_pipeline.core.timeutil import to_utc
 from tally_pipeline.ingest import Ingestor
 from tally_pipeline.store import sync_runs as runs_sql
 from tally_pipeline.store.base import Store
 
-LOCK_LEASE = timedelta(hours=1)
 DELETED_MARGIN = timedelta(minutes=10)
 FIRST_RUN_LOOKBACK = timedelta(hours=24)
 MAX_ROUNDS = 3
+#: The defaults of the ``reconciliation:`` config section, for callers that pass none.
+LOCK_LEASE_S = 300.0
+MAX_RUN_TIME_S = 1800.0
+STUCK_TRANSITION_HOURS = 24.0
 
 
 class SyncInProgress(RuntimeError):
     pass
+
+
+class LockLost(RuntimeError):
+    """The run's lock expired or was taken over (its renewals failed for a whole lease): it stops writing."""
 
 
 @dataclass
@@ -61,6 +79,10 @@ class SyncRun:
     first_load: bool = False  # the projection held nothing of the cloud: everything is new, not drift
     drift: float | None = None
     deleted_listing: str | None = None
+    #: How far nova's deleted listing covered deletes: the instance poll time, when the instance
+    #: listing enumerated and the deleted listing answered (the next run's window starts here).
+    deleted_window_end: datetime | None = None
+    stuck_transition: int = 0  # resources booked as listed after too long in transition
     deferrals: list[rules.Deferral] = field(default_factory=list, repr=False)
     rounds: int = 0
 
@@ -108,20 +130,71 @@ def projected_resources(store: Store, cloud: str) -> list[rules.ProjectedResourc
             gc.enable()
 
 
-def _acquire(store: Store, cloud: str, run_id: str, wall: datetime) -> None:
-    if not runs_sql.acquire_lock(store, cloud, run_id, wall, wall - LOCK_LEASE):
-        holder = runs_sql.lock_holder(store, cloud)
-        detail = f" (run {holder[0]} since {holder[1].isoformat()})" if holder else ""
-        raise SyncInProgress(f"a reconciliation of cloud {cloud!r} is already running{detail}")
+class _Lease:
+    """The cloud's lock, held for one run and renewed every third of ``lease`` seconds by a thread.
 
+    Renewal keeps a long run's lock (a slow cloud, ``Retry-After``, many confirmations) from
+    expiring under it; a crashed process stops renewing, so its lock expires one lease later. A
+    renewal that finds the lock gone, or renewals failing for a whole lease (the store down),
+    mark the lease lost: ``check`` then raises ``LockLost`` before the run writes again.
+    """
 
-def _release(store: Store, cloud: str, run_id: str) -> None:
-    runs_sql.release_lock(store, cloud, run_id)
+    def __init__(self, store: Store, cloud: str, run_id: str, lease: float):
+        self.store, self.cloud, self.run_id, self.lease = store, cloud, run_id, lease
+        self._stop = threading.Event()
+        self._renewed = time.monotonic()
+        self._lost: str | None = None
+        self._thread: threading.Thread | None = None
+
+    def acquire(self) -> None:
+        wall = _wall()
+        if not runs_sql.acquire_lock(self.store, self.cloud, self.run_id, wall, wall - timedelta(seconds=self.lease)):
+            holder = runs_sql.lock_holder(self.store, self.cloud)
+            detail = (f" (run {holder[0]} since {holder[1].isoformat()}, renewed {holder[2].isoformat()})"
+                      if holder else "")
+            raise SyncInProgress(f"a reconciliation of cloud {self.cloud!r} is already running{detail}")
+        self._renewed = time.monotonic()
+        self._thread = threading.Thread(target=self._renew, name=f"sync-lease-{self.cloud}", daemon=True)
+        self._thread.start()
+
+    def _renew(self) -> None:
+        while not self._stop.wait(self.lease / 3):
+            try:
+                held = runs_sql.renew_lock(self.store, self.cloud, self.run_id, _wall())
+            except Exception:  # noqa: BLE001 - a store hiccup: try again; check() judges the gap
+                continue
+            if not held:
+                self._lost = "its lock was taken over by another run"
+                return
+            self._renewed = time.monotonic()
+
+    def check(self) -> None:
+        """Raise ``LockLost`` unless the run still holds its lock, renewing it on the way: asked of
+        the store itself, so a takeover since the last renewal is seen before the run writes."""
+        if self._lost is None and time.monotonic() - self._renewed > self.lease:
+            self._lost = f"its lock was not renewed for {self.lease:g}s (the store did not answer)"
+        if self._lost is None:
+            if runs_sql.renew_lock(self.store, self.cloud, self.run_id, _wall()):
+                self._renewed = time.monotonic()
+            else:
+                self._lost = "its lock was taken over by another run"
+        if self._lost is not None:
+            raise LockLost(f"the reconciliation of cloud {self.cloud!r} stopped: {self._lost}")
+
+    def release(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()
+        runs_sql.release_lock(self.store, self.cloud, self.run_id)
 
 
 def _since(store: Store, cloud: str, now: datetime) -> datetime:
-    """Ask for deletions since the last successful run (minus a margin), or a day back on a first run."""
-    last = runs_sql.last_good_poll(store, cloud, now)
+    """Ask for deletions from where the deleted listings last covered them (minus a margin), or a day back.
+
+    Only a run whose instance listing enumerated and whose deleted listing answered moves that point:
+    after an outage of either, the next window reaches back over the whole outage.
+    """
+    last = runs_sql.last_deleted_window_end(store, cloud, now)
     return (to_utc(last) - DELETED_MARGIN) if last is not None else now - FIRST_RUN_LOOKBACK
 
 
@@ -144,6 +217,9 @@ def run_sync(
     now: datetime | None = None,
     run_key: str | None = None,
     clock: Callable[[], datetime] | None = None,
+    stuck_transition_hours: float | None = STUCK_TRANSITION_HOURS,
+    max_run_time: float | None = MAX_RUN_TIME_S,
+    lock_lease: float = LOCK_LEASE_S,
 ) -> SyncRun:
     """Reconcile one cloud; ``now`` is the run's tick (default: the wall clock).
 
@@ -151,18 +227,24 @@ def run_sync(
     tick writes the same ids and dedup absorbs them. Each type's poll time is when the adapter says
     it observed the listing (``observed_at``: OpenStack's answer dates), else ``clock`` read as the
     listing begins, else ``now`` (a simulated platform answers as of the tick).
+
+    ``stuck_transition_hours`` bounds deferral as in transition (None: no bound); ``max_run_time``
+    (seconds, None: none) bounds listing and confirming; ``lock_lease`` is the lock's lease in seconds.
     """
     wall = _wall()
     tick = to_utc(now) if now is not None else wall
     observe = clock or (lambda: tick)
     run = SyncRun(run_id=str(uuid.uuid4()), cloud=cloud, run_key=run_key or f"manual:{tick.isoformat()}",
                   poll_time=tick, started_at=wall, tick=tick)
-    _acquire(store, cloud, run.run_id, wall)
+    settings = rules.Settings(timedelta(seconds=settle_window), mass_delete_guard,
+                              None if stuck_transition_hours is None else timedelta(hours=stuck_transition_hours))
+    deadline = None if max_run_time is None else time.monotonic() + max_run_time
+    lease = _Lease(store, cloud, run.run_id, lock_lease)
+    lease.acquire()
     try:
         _record(store, run)
         try:
-            _reconcile(store, ingestor, adapter, run, rules.Settings(timedelta(seconds=settle_window), mass_delete_guard),
-                       observe)
+            _reconcile(store, ingestor, adapter, run, settings, observe, lease, deadline)
         except Exception as exc:
             run.status = "failed"
             run.error = f"{type(exc).__name__}: {exc}"[:2000]
@@ -177,13 +259,13 @@ def run_sync(
         return run
     finally:
         try:
-            _release(store, cloud, run.run_id)
+            lease.release()
         except Exception:  # noqa: BLE001 - an unreleased lock expires with its lease
             pass
 
 
 def _confirm(adapter: PlatformAdapter, pending: list[rules.Correction], asked: dict[tuple[str, str], Confirmation],
-             polls: dict[str, datetime]) -> None:
+             polls: dict[str, datetime], deadline: float | None) -> None:
     """Ask the platform about the deletes by absence not asked yet this run (one batch per type)."""
     todo: dict[str, list[str]] = {}
     for c in pending:
@@ -194,14 +276,16 @@ def _confirm(adapter: PlatformAdapter, pending: list[rules.Correction], asked: d
         if confirm is None:  # a provider that cannot be asked by id: its listing is taken as complete
             answers = {rid: Confirmation(rid, True, "the adapter cannot confirm by id; listing taken as complete")
                        for rid in ids}
+        elif deadline is not None and time.monotonic() > deadline:
+            answers = {rid: Confirmation(rid, False, f"not asked: {RUN_TIME_BOUND}") for rid in ids}
         else:
-            answers = confirm(rtype, ids, at=polls[rtype])
+            answers = confirm(rtype, ids, at=polls[rtype], deadline=deadline)
         for rid in ids:
             asked[(rtype, rid)] = answers.get(rid) or Confirmation(rid, False, "no answer from the adapter")
 
 
 def _reconcile(store: Store, ingestor: Ingestor, adapter: PlatformAdapter, run: SyncRun, settings: rules.Settings,
-               observe: Callable[[], datetime]) -> None:
+               observe: Callable[[], datetime], lease: _Lease, deadline: float | None) -> None:
     cloud = run.cloud
     types = [t for t in adapter.resource_types if t in ingestor.registry]
     polls: dict[str, datetime] = {}
@@ -209,14 +293,21 @@ def _reconcile(store: Store, ingestor: Ingestor, adapter: PlatformAdapter, run: 
     observed_at = getattr(adapter, "observed_at", None)
     for rtype in types:
         began = to_utc(observe())
-        listings.append(list_type(adapter, rtype, at=began))
+        if deadline is not None and time.monotonic() > deadline:
+            listings.append(Failed(rtype, f"{RUN_TIME_BOUND}: not listed, the run's time bound was reached",
+                                   code=RUN_TIME_BOUND))
+            polls[rtype] = began
+            continue
+        listings.append(list_type(adapter, rtype, at=began, deadline=deadline))
         # A platform that dates its answers (OpenStack: the first page's Date) says best when it was seen.
         seen = observed_at(rtype) if observed_at is not None else None
         polls[rtype] = to_utc(seen) if seen is not None else began
     run.poll_time = min(polls.values(), default=run.poll_time)
     deleted: DeletedListing | None = None
     deleted_since = getattr(adapter, "deleted_since", None)
-    if deleted_since is not None:
+    if deleted_since is not None and deadline is not None and time.monotonic() > deadline:
+        deleted = DeletedListing(available=False, reason=f"{RUN_TIME_BOUND}: not asked")
+    elif deleted_since is not None:
         at = polls.get("instance", run.poll_time)
         try:
             deleted = deleted_since(_since(store, cloud, run.poll_time), at=at)
@@ -237,7 +328,7 @@ def _reconcile(store: Store, ingestor: Ingestor, adapter: PlatformAdapter, run: 
             run.first_load = not projected
         current = rules.plan(projected, listings, deleted, settings, run.poll_time, poll_times=polls, held=held)
         if current.pending:
-            _confirm(adapter, current.pending, asked, polls)
+            _confirm(adapter, current.pending, asked, polls, deadline)
             rules.resolve(current, asked, settings)
         if first is None:
             first, held = current, current.held_by_guard()
@@ -245,6 +336,7 @@ def _reconcile(store: Store, ingestor: Ingestor, adapter: PlatformAdapter, run: 
         run.rounds = round_no
         if not current.corrections:
             break
+        lease.check()  # a run that lost its lock writes nothing more: another may be running
         stored = 0
         events = rules.synthetic_events(cloud, run.run_key, current.corrections)
         by_id = {e["event_id"]: c for e, c in zip(events, current.corrections)}
@@ -261,12 +353,17 @@ def _reconcile(store: Store, ingestor: Ingestor, adapter: PlatformAdapter, run: 
                     continue  # a recovered resource counts once, by its create
                 counts = stored_by_type.setdefault(correction.resource_type, {})
                 counts[key] = counts.get(key, 0) + 1
+                if correction.stuck:
+                    counts["stuck_transition"] = counts.get("stuck_transition", 0) + 1
         if stored == 0:  # a retried run: everything was already written by the same run key
             break
     projection.refresh(store)
 
     assert first is not None and last is not None
     _summarise(run, first, last, stored_by_type)
+    instance = first.types.get("instance")
+    if instance is not None and instance.status == "enumerated" and deleted is not None and deleted.available:
+        run.deleted_window_end = polls["instance"]
 
 
 def _summarise(run: SyncRun, first: rules.Plan, last: rules.Plan, stored: dict[str, dict[str, int]]) -> None:
@@ -291,12 +388,14 @@ def _summarise(run: SyncRun, first: rules.Plan, last: rules.Plan, stored: dict[s
             "poll_time": o.poll_time.isoformat() if o.poll_time else None,
             "created": counts.get("created", 0), "updated": counts.get("updated", 0),
             "deleted": counts.get("deleted", 0), "recovered": counts.get("recovered", 0),
-            "corrections": sum(counts.values()),
+            "corrections": sum(n for k, n in counts.items() if k != "stuck_transition"),
             "deferred": sum(deferred.values()), "deferred_by_reason": dict(sorted(deferred.items())),
             "unknown": o.unknown, "skipped": dict(sorted(skipped.items())),
-            "guard_tripped": o.guard_tripped,
+            "guard_tripped": o.guard_tripped, "code": o.code,
+            "never_ran": dict(sorted(o.never_ran.items())), "stuck_transition": counts.get("stuck_transition", 0),
+            "restarts": o.restarts,
         }
-    for key in ("created", "updated", "deleted", "recovered", "deferred"):
+    for key in ("created", "updated", "deleted", "recovered", "deferred", "stuck_transition"):
         setattr(run, key, sum(t[key] for t in run.per_type.values()))
     run.unconfirmed = sum(t["deferred_by_reason"].get("unconfirmed", 0) for t in run.per_type.values())
     run.skipped = sum(sum(t["skipped"].values()) for t in run.per_type.values())
@@ -307,9 +406,14 @@ def _summarise(run: SyncRun, first: rules.Plan, last: rules.Plan, stored: dict[s
     changed = run.created + run.updated + run.deleted + run.recovered + guard
     run.drift = 0.0 if run.first_load else round(changed / max(1, run.live_before), 6)
     failed = [t for t, o in first.types.items() if o.status == "failed"]
-    run.status = "failed" if failed and len(failed) == len(first.types) else "partial" if failed else "succeeded"
-    if failed:
-        run.error = "; ".join(f"{t}: {first.types[t].reason}" for t in sorted(failed))[:2000]
+    guarded = [t for t, o in first.types.items() if o.guard_tripped]
+    # A guard that held deletes leaves the type unreconciled as surely as a failed listing: partial.
+    run.status = ("failed" if failed and len(failed) == len(first.types)
+                  else "partial" if failed or guarded else "succeeded")
+    problems = [f"{t}: {first.types[t].reason}" for t in sorted(failed)]
+    problems += [f"{t}: mass_delete_guard held deletes: {first.types[t].guard_detail}" for t in sorted(guarded)]
+    if problems:
+        run.error = "; ".join(problems)[:2000]
 
 
 def sync_runs(store: Store, *, cloud: str | None = None, limit: int = 20) -> list[dict[str, Any]]:

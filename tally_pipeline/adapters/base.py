@@ -8,26 +8,45 @@ as "no information", never as "everything was deleted".
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Iterator, Sequence
 from datetime import datetime
 from typing import Protocol, runtime_checkable
 
 
 from tally_pipeline.core.platform import (  # noqa: F401  (re-exported: the adapters' vocabulary)
+    INSUFFICIENT_SCOPE,
     Confirmation,
     DeletedListing,
     DeletedResource,
     Enumerated,
     Failed,
     ListedResource,
+    ListingScope,
     SkipItem,
     SkippedResource,
     TypeListing,
 )
 
+#: A failed type's code when the run's time bound ended its listing.
+RUN_TIME_BOUND = "run_time_bound"
+
 
 class AdapterError(RuntimeError):
     """A failure listing one type; the message becomes that type's ``failed(reason)``."""
+
+    #: A code for rules and alerts (``Failed.code``); None for an ordinary failure.
+    code: str | None = None
+
+
+class InsufficientScope(AdapterError):
+    """The credentials cannot list every project of the type (the service refused, or would narrow)."""
+
+    code = INSUFFICIENT_SCOPE
+
+
+class MarkerVanished(AdapterError):
+    """The resource a listing's paging marker named was gone by the next page: start the listing over."""
 
 
 @runtime_checkable
@@ -51,38 +70,72 @@ class PlatformAdapter(Protocol):
         """Resources deleted in ``[since, at]`` with real deletion times, or unavailable."""
         ...
 
-    def confirm_gone(self, resource_type: str, resource_ids: Sequence[str], *, at: datetime) -> dict[str, Confirmation]:
+    def confirm_gone(self, resource_type: str, resource_ids: Sequence[str], *, at: datetime,
+                     deadline: float | None = None) -> dict[str, Confirmation]:
         """Ask the platform, by id, about resources missing from a listing; one answer per id.
 
         A listing may silently leave live items out (nova skips the servers of a down cell from any
-        paged listing), so a delete by absence is booked only on a ``gone`` answer.
+        paged listing), so a delete by absence is booked only on a ``gone`` answer. ``deadline``
+        (``time.monotonic()``) is the run's time bound: no question is started after it.
         """
         ...
 
 
-def list_type(adapter: PlatformAdapter, resource_type: str, *, at: datetime) -> TypeListing:
+def list_type(adapter: PlatformAdapter, resource_type: str, *, at: datetime,
+              deadline: float | None = None) -> TypeListing:
     """Enumerate one type completely, turning any failure while iterating into ``Failed``.
 
     Listings are lazy (HTTP errors surface mid-iteration), so the whole iteration is guarded.
+    An adapter that can say whose resources it lists (``listing_scope``) lists a type only when the
+    listing covers every project; otherwise the type fails with code ``insufficient_scope`` and is
+    never read. A listing whose paging marker vanished between two pages starts over once. Past
+    ``deadline`` (``time.monotonic()``; the run's time bound) the listing stops and the type fails.
     """
-    items: list[ListedResource] = []
-    skipped: list[SkippedResource] = []
-    try:
-        for item in adapter.enumerate(resource_type, at=at):
-            (skipped if isinstance(item, SkippedResource) else items).append(item)
-        return Enumerated(resource_type, items, skipped=skipped)
-    except Exception as exc:  # noqa: BLE001 - any failure fails this type alone
-        reason = f"{type(exc).__name__}: {exc}".strip()
-        return Failed(resource_type, reason[:500])
+    scope_of = getattr(adapter, "listing_scope", None)
+    own_project = None
+    if scope_of is not None:
+        try:
+            scope: ListingScope = scope_of(resource_type)
+        except Exception as exc:  # noqa: BLE001 - no proof of scope is no listing
+            return _failed(resource_type, exc)
+        if not scope.all_projects:
+            return Failed(resource_type, scope.detail[:500], code=INSUFFICIENT_SCOPE)
+        own_project = scope.own_project
+    restarts = 0
+    while True:
+        items: list[ListedResource] = []
+        skipped: list[SkippedResource] = []
+        try:
+            for n, item in enumerate(adapter.enumerate(resource_type, at=at)):
+                (skipped if isinstance(item, SkippedResource) else items).append(item)
+                if deadline is not None and n % 100 == 0 and time.monotonic() > deadline:
+                    return Failed(resource_type, f"{RUN_TIME_BOUND}: the run's time bound was reached after "
+                                                 f"{n + 1} items", code=RUN_TIME_BOUND)
+            return Enumerated(resource_type, items, skipped=skipped, own_project=own_project, restarts=restarts)
+        except MarkerVanished as exc:
+            if restarts >= 1:
+                return _failed(resource_type, exc, prefix="after one restart: ")
+            restarts += 1  # what was read is dropped: the listing starts over from its first page
+        except Exception as exc:  # noqa: BLE001 - any failure fails this type alone
+            return _failed(resource_type, exc)
+
+
+def _failed(resource_type: str, exc: BaseException, *, prefix: str = "") -> Failed:
+    code = getattr(exc, "code", None)
+    reason = prefix + (str(exc) if code else f"{type(exc).__name__}: {exc}")
+    return Failed(resource_type, reason.strip()[:500], code=code)
 
 
 def confirm_each(resource_ids: Sequence[str], ask: Callable[[str], Confirmation], *,
-                 concurrency: int) -> dict[str, Confirmation]:
+                 concurrency: int, deadline: float | None = None) -> dict[str, Confirmation]:
     """Ask about each id with at most ``concurrency`` requests in flight; a question that raises
-    is an unconfirmed answer carrying the error, never a deletion."""
+    is an unconfirmed answer carrying the error, never a deletion. No question starts after
+    ``deadline`` (``time.monotonic()``): those ids stay unconfirmed."""
     from concurrent.futures import ThreadPoolExecutor
 
     def one(rid: str) -> Confirmation:
+        if deadline is not None and time.monotonic() > deadline:
+            return Confirmation(rid, False, "not asked: the run's time bound was reached")
         try:
             return ask(rid)
         except Exception as exc:  # noqa: BLE001 - any failure leaves the resource unconfirmed

@@ -22,10 +22,16 @@ A resource missing from a listing is asked for by id before reconciliation delet
 (``confirm_gone``): nova leaves the servers of a down cell out of every paged listing
 (``list_records_by_skipping_down_cells``), so absence alone proves nothing. Each type's poll time is
 the ``Date`` its service put on the listing's first page (``observed_at``).
+
+A type is listed only when the token provably sees every project (``listing_scope``, the rules in
+``core.scope``): cinder, neutron, glance and octavia silently narrow a listing to what the caller
+may see, and a GET by id of another project's resource answers 404, which would confirm deletes
+that never happened. A 403 on a listing is the same verdict, said loudly (nova).
 """
 
 from __future__ import annotations
 
+import math
 import threading
 import urllib.parse
 from collections.abc import Callable, Iterator, Sequence
@@ -45,13 +51,16 @@ from tally_pipeline.adapters.base import (
     Confirmation,
     DeletedListing,
     DeletedResource,
+    InsufficientScope,
     ListedResource,
+    ListingScope,
     SkippedResource,
     SkipItem,
     confirm_each,
 )
 from tally_pipeline.adapters.openstack_pages import ListCall, MalformedPage, pages
 from tally_pipeline.config import OpenStackCloud
+from tally_pipeline.core import scope as scope_rules
 from tally_pipeline.core.timeutil import format_rfc3339
 from tally_pipeline.schemas import default_registry
 
@@ -148,8 +157,33 @@ class OpenStackAdapter:
             yield from lister(self)
         except AdapterError:
             raise
+        except sdk_exceptions.HttpException as exc:
+            if exc.status_code == 403:  # the service's policy refuses the all-projects listing
+                raise InsufficientScope(f"insufficient_scope: {self._explain(resource_type, exc)}") from exc
+            raise AdapterError(self._explain(resource_type, exc)) from exc
         except Exception as exc:  # noqa: BLE001 - every failure becomes this type's reason
             raise AdapterError(self._explain(resource_type, exc)) from exc
+
+    def credentials(self) -> scope_rules.Credentials:
+        """Who the token says we are: user, project, roles (implied ones included), system scope.
+
+        Raises ``AdapterError`` saying why when there is no token (bad password, keystone down)."""
+        try:
+            session = self.connection.session
+            access = session.auth.get_access(session)
+        except Exception as exc:  # noqa: BLE001 - the reason names what went wrong
+            raise AdapterError(self._explain("identity", exc)) from exc
+        return scope_rules.Credentials(
+            user=access.username, project_id=access.project_id, project_name=access.project_name,
+            roles=frozenset(access.role_names or ()), system_scope=bool(access.system_scoped))
+
+    def listing_scope(self, resource_type: str) -> ListingScope:
+        """Whether this cloud's credentials list every project's ``resource_type`` (``core.scope``).
+
+        Asked as a listing of the type begins: the previous listing's date is forgotten, so a type
+        not listed this time has no stale poll time."""
+        self._observed.pop(resource_type, None)
+        return scope_rules.listing_scope(resource_type, self.credentials(), self.config.all_projects_roles)
 
     def observed_at(self, resource_type: str) -> datetime | None:
         """When the type's latest listing was observed: the ``Date`` its service put on the first
@@ -194,13 +228,15 @@ class OpenStackAdapter:
         return DeletedListing(True, items)
 
     def confirm_gone(self, resource_type: str, resource_ids: Sequence[str], *,
-                     at: datetime) -> dict[str, Confirmation]:
+                     at: datetime, deadline: float | None = None) -> dict[str, Confirmation]:
         """Ask each service by id about resources missing from its listing (``at`` is ignored).
 
         Gone on 404, or on a record the service shows as deleted (nova ``DELETED`` /
         ``SOFT_DELETED``, glance ``deleted``, octavia ``DELETED``), dated by it when it can be.
-        Anything else (a live record, ``UNKNOWN``, an error, a timeout) is not a confirmation.
-        At most ``CONFIRM_CONCURRENCY`` requests are in flight.
+        A server nova answers 404 for is then looked up in nova's deleted listing by its id, for its
+        real ``terminated_at``. Anything else (a live record, ``UNKNOWN``, an error, a timeout) is
+        not a confirmation. At most ``CONFIRM_CONCURRENCY`` requests are in flight, and none starts
+        after ``deadline``.
         """
         if resource_type not in _SHOW:
             return {rid: Confirmation(rid, False, f"{resource_type} cannot be asked for by id") for rid in resource_ids}
@@ -219,9 +255,36 @@ class OpenStackAdapter:
                                      headers={"Accept": "application/json"}, raise_exc=False)
             except Exception as exc:  # noqa: BLE001 - a timeout or a refused connection is no answer
                 return Confirmation(rid, False, self._explain(resource_type, exc))
-            return _confirmation(resource_type, rid, service, key, response)
+            answer = _confirmation(resource_type, rid, service, key, response)
+            if resource_type == "instance" and response.status_code == 404:
+                answer = self._dated_by_deleted_listing(answer, microversion)
+            return answer
 
-        return confirm_each(list(resource_ids), ask, concurrency=CONFIRM_CONCURRENCY)
+        return confirm_each(list(resource_ids), ask, concurrency=CONFIRM_CONCURRENCY, deadline=deadline)
+
+    def _dated_by_deleted_listing(self, answer: Confirmation, microversion: str | None) -> Confirmation:
+        """A 404'd server, dated by nova's deleted listing (filtered to its id) when nova still has it.
+
+        Nova forgets a deleted server only when an operator archives it; until then the deleted
+        listing holds its ``terminated_at``. Without it (archived, or the listing fails) the delete
+        is dated at the poll time, as before.
+        """
+        rid = answer.resource_id
+        params = {"all_tenants": "True", "deleted": "True", "uuid": rid}
+        try:
+            call = ListCall("/servers/detail", "servers", params, microversion)
+            for page in pages(self.connection.compute, call, page_size=self.config.page_size):
+                for raw in page:
+                    if not isinstance(raw, dict) or raw.get("id") != rid:
+                        continue
+                    if str(raw.get("status") or "").upper() not in records.DELETED_STATUSES:
+                        return answer  # nova ignored the filters: nothing to learn here
+                    found = records.deleted_server(raw)
+                    return Confirmation(rid, True, f"{answer.detail}; deleted at {found.deleted_at.isoformat()} per "
+                                                   "nova's deleted listing", found.deleted_at)
+        except Exception:  # noqa: BLE001 - only the date is missing: the 404 still confirms
+            return answer
+        return answer
 
     def volume_type_names(self) -> dict[str, str]:
         """Cinder's volume types, id → name, private ones included (needs admin).
@@ -235,6 +298,7 @@ class OpenStackAdapter:
     # --- listings, one generator per type --------------------------------------------------
 
     def _servers(self) -> Iterator[ListedResource | SkippedResource]:
+        # nova answers all_tenants with 403 to anyone its policy does not allow, never narrowed.
         call = ListCall("/servers/detail", "servers", {"all_tenants": "True"}, self._nova_microversion())
         for page in pages(self.connection.compute, call, page_size=self.config.page_size,
                           answered_at=self._answered("instance")):
@@ -368,8 +432,40 @@ def connect(config: OpenStackCloud) -> Connection:
 
     ``os_cloud`` names a clouds.yaml entry, found as every OpenStack tool finds it
     (``OS_CLIENT_CONFIG_FILE``, ``./clouds.yaml``, ``~/.config/openstack/``, ``/etc/openstack/``);
-    inline ``auth`` settings are merged over it, or stand alone.
+    inline ``auth`` settings are merged over it, or stand alone. A ``Retry-After`` above
+    ``max_retry_delay`` is cut down to it before keystoneauth reads it (see ``cap_retry_after``).
     """
+    conn = _connect(config)
+    conn.session.session.hooks["response"].append(cap_retry_after(config.max_retry_delay))
+    return conn
+
+
+def cap_retry_after(limit: float) -> Callable[..., Any]:
+    """A requests response hook: a ``Retry-After`` of more than ``limit`` seconds becomes ``limit``.
+
+    keystoneauth sleeps for whatever whole number of seconds a retriable answer (429, 503) asks,
+    without bound: a gateway's ``Retry-After: 3600`` would hold a run for an hour per retry. The
+    hook runs inside requests, before keystoneauth sees the answer. keystoneauth reads whole
+    seconds only, so the cap is rounded down; an HTTP-date is left alone (keystoneauth then waits
+    its own ``retry_delay``).
+    """
+    ceiling = str(math.floor(limit))
+
+    def hook(response: requests.Response, *args: Any, **kwargs: Any) -> requests.Response:
+        asked = response.headers.get("Retry-After")
+        if asked is not None:
+            try:
+                too_long = float(asked.strip()) > limit
+            except ValueError:
+                too_long = False
+            if too_long:
+                response.headers["Retry-After"] = ceiling
+        return response
+
+    return hook
+
+
+def _connect(config: OpenStackCloud) -> Connection:
     retry: dict[str, Any] = {
         "connect_retries": config.retries,
         "status_code_retries": config.retries,

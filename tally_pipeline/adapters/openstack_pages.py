@@ -23,6 +23,8 @@ from typing import Any
 import orjson
 from openstack import exceptions as sdk_exceptions
 
+from tally_pipeline.adapters.base import MarkerVanished
+
 
 class MalformedPage(ValueError):
     """A page that is not what the service's API reference promises."""
@@ -49,6 +51,11 @@ def pages(proxy: Any, call: ListCall, *, page_size: int,
     while True:
         response = proxy.get(call.path, params=params, microversion=call.microversion,
                              headers={"Accept": "application/json"})
+        if previous is not None and response.status_code in (400, 404):
+            # cinder, glance and octavia answer 400, neutron 404, when the marker's resource was
+            # deleted between two pages (nova finds deleted markers, until they are archived)
+            raise MarkerVanished(f"the page after marker {previous} was refused (HTTP {response.status_code}): "
+                                 "the marker's resource went away between two pages")
         sdk_exceptions.raise_from_response(response)
         if answered_at is not None and previous is None:
             stamp = response_date(response)

@@ -16,13 +16,14 @@ from datetime import UTC, datetime
 from typing import Any
 
 from tally_pipeline.adapters.base import AdapterError, DeletedResource, ListedResource, SkipItem
-from tally_pipeline.core.transitions import in_transition
+from tally_pipeline.core.transitions import in_transition, never_ran
 
 
 #: Nova's placeholder status (microversion 2.69+) for a server in a cell it cannot reach.
 UNKNOWN = "UNKNOWN"
 #: What nova's deleted listing holds: hard-deleted servers, and soft-deleted ones awaiting reclaim.
 DELETED_STATUSES = frozenset({"DELETED", "SOFT_DELETED"})
+
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 
 
@@ -48,7 +49,18 @@ def server(raw: dict[str, Any]) -> ListedResource:
         in_transition=in_transition("instance", status, task_state),
         created_at=created_at,
         updated_at=updated_at,
+        never_ran=never_ran("instance", status, launched=_launched(raw)),
     )
+
+
+def _launched(raw: dict[str, Any]) -> bool | None:
+    """Nova stamps ``OS-SRV-USG:launched_at`` when a server first runs: null means it never did.
+
+    A record without the field at all says nothing either way (None).
+    """
+    if "OS-SRV-USG:launched_at" not in raw:
+        return None
+    return raw["OS-SRV-USG:launched_at"] not in (None, "")
 
 
 def deleted_server(raw: dict[str, Any]) -> DeletedResource:
@@ -67,6 +79,8 @@ def deleted_server(raw: dict[str, Any]) -> DeletedResource:
         size=flavor_size(raw, sid),
         created_at=created_at,
         deleted_at=deleted_at,
+        # a deleted server keeps its launch time: without one it was a build that never ran
+        never_ran="never_launched" if _launched(raw) is False else None,
     )
 
 
@@ -154,6 +168,7 @@ def load_balancer(raw: dict[str, Any]) -> ListedResource:
         in_transition=in_transition("load_balancer", status),
         created_at=created_at,
         updated_at=updated_at,
+        never_ran=never_ran("load_balancer", status),
     )
 
 

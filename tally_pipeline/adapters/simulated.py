@@ -14,7 +14,7 @@ from datetime import datetime
 
 from tally_pipeline.adapters.base import AdapterError, Confirmation, DeletedListing, DeletedResource, ListedResource
 from tally_pipeline.core.timeutil import to_utc
-from tally_pipeline.core.transitions import in_transition
+from tally_pipeline.core.transitions import in_transition, never_ran
 from tally_pipeline.sim.platform import PlatformView, in_down_cell
 from tally_pipeline.sim.spec import SIMULATED_TYPES
 
@@ -59,6 +59,7 @@ class SimulatedAdapter:
                 in_transition=in_transition(record.resource_type, record.status, record.task_state),
                 created_at=record.created_at,
                 updated_at=record.updated_at,
+                never_ran=never_ran(record.resource_type, record.status),
             )
 
     def deleted_since(self, since: datetime, *, at: datetime) -> DeletedListing:
@@ -85,7 +86,8 @@ class SimulatedAdapter:
         ]
         return DeletedListing(available=True, items=items)
 
-    def confirm_gone(self, resource_type: str, resource_ids: Sequence[str], *, at: datetime) -> dict[str, Confirmation]:
+    def confirm_gone(self, resource_type: str, resource_ids: Sequence[str], *, at: datetime,
+                     deadline: float | None = None) -> dict[str, Confirmation]:
         """Asked by id: gone when the platform no longer holds it at ``at`` (a 404)."""
         mode = self.platform.failure(self.cloud, resource_type)
         if mode in ("error", "timeout"):

@@ -129,7 +129,8 @@ def store_families(store: Any, clouds: list[str]) -> list[Metric]:
         success.add_metric([cloud], when.timestamp())
     runs = last_runs(store)
     for name, help_text, value in (
-        ("tally_sync_last_failed", "1 when the cloud's latest sync failed or was partial, else 0.",
+        ("tally_sync_last_failed", "1 when the cloud's latest sync failed or was partial (a type not listed, or "
+         "deletes held by the mass-delete guard), else 0.",
          lambda r: int(r.status in ("failed", "partial"))),
         ("tally_sync_last_drift_ratio", "Corrections of the cloud's latest sync over its live resources.",
          lambda r: r.drift or 0.0),
@@ -140,6 +141,12 @@ def store_families(store: Any, clouds: list[str]) -> list[Metric]:
          lambda r: r.unconfirmed),
         ("tally_sync_last_skipped", "Listed items the cloud's latest sync skipped as unreadable.",
          lambda r: r.skipped),
+        ("tally_sync_last_insufficient_scope",
+         "Resource types the cloud's latest sync did not list because its credentials cannot see every project.",
+         lambda r: r.insufficient_scope),
+        ("tally_sync_last_stuck_transition",
+         "Resources the cloud's latest sync booked as listed after too long in transition.",
+         lambda r: r.stuck_transition),
     ):
         family = gauge(name, help_text, ["cloud"])
         for run in runs:

@@ -36,6 +36,8 @@ class LastRun:
     guard_tripped: bool = False
     unconfirmed: int = 0  # deletes by absence the platform did not confirm (still billed)
     skipped: int = 0  # listed items that could not be read (neither billed nor deleted by reconciliation)
+    insufficient_scope: int = 0  # types not listed because the credentials cannot see every project
+    stuck_transition: int = 0  # resources booked as listed after too long in transition (a guess)
 
 
 @dataclass(frozen=True)
@@ -78,16 +80,19 @@ def sync_stale(clouds: Iterable[str], last_success: Mapping[str, datetime], now:
 
 
 def sync_errors(last_runs: Iterable[LastRun]) -> Condition:
-    """TallySyncErrors: a cloud's latest sync failed, or listed some types only (partial), or left
-    something it could not reconcile: deletes the platform did not confirm, items it could not read.
-    Each of those changes what is billed until it clears."""
+    """TallySyncErrors: a cloud's latest sync failed, or listed some types only (partial: a listing
+    failed, the credentials could not see every project, the mass-delete guard held deletes), or left
+    something it could not reconcile or had to guess: deletes the platform did not confirm, items it
+    could not read, resources booked after too long in transition. Each changes what is billed."""
     broken = {}
     for r in last_runs:
         if r.status in ("failed", "partial"):
             broken[r.cloud] = f"{r.status}: {r.error or 'no detail'}"
-        elif r.unconfirmed or r.skipped:
+        elif r.unconfirmed or r.skipped or r.stuck_transition:
             left = [f"{n} {what}" for n, what in ((r.unconfirmed, "deletes unconfirmed by the platform"),
-                                                  (r.skipped, "listed items skipped as unreadable")) if n]
+                                                  (r.skipped, "listed items skipped as unreadable"),
+                                                  (r.stuck_transition, "resources booked as stuck in transition"))
+                    if n]
             broken[r.cloud] = f"{r.status}, but " + ", ".join(left)
     message = ("latest sync not clean: " + "; ".join(f"{c} {m}" for c, m in sorted(broken.items()))
                if broken else "every cloud's latest sync succeeded")

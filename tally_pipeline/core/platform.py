@@ -26,6 +26,11 @@ class ListedResource:
     #: Listed as present but without its details (nova's ``UNKNOWN`` placeholder for a server in an
     #: unreachable cell): never updated, created or deleted on the strength of this record.
     unknown: bool = False
+    #: Why the platform shows this resource never ran, if it does (``never_launched``: a nova server
+    #: without ``launched_at``; ``never_active``: an octavia load balancer still in PENDING_CREATE or
+    #: in ERROR, which octavia cannot tell apart from a failed create). Reconciliation never opens a
+    #: lifecycle for it; one already known keeps going.
+    never_ran: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,6 +79,27 @@ class DeletedResource:
     size: dict[str, Any]
     created_at: datetime
     deleted_at: datetime
+    #: As ``ListedResource.never_ran``: a server deleted without ever launching (a failed build) is
+    #: never recovered.
+    never_ran: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ListingScope:
+    """Whether the credentials' listing of one type covers every project, and why (or why not).
+
+    ``own_project`` is the project the credentials belong to, when they belong to one: a listing
+    holding nothing but that project's resources while the projection holds other projects' is
+    taken as narrowed, whatever the proof said.
+    """
+
+    all_projects: bool
+    detail: str
+    own_project: str | None = None
+
+
+#: A failed type's code when the credentials cannot see every project (nothing is deleted).
+INSUFFICIENT_SCOPE = "insufficient_scope"
 
 
 @dataclass(frozen=True)
@@ -84,15 +110,24 @@ class Enumerated:
     items: list[ListedResource]
     status: Literal["enumerated"] = "enumerated"
     skipped: list[SkippedResource] = field(default_factory=list)
+    #: The credentials' own project, when the listing's scope was proven (see ``ListingScope``).
+    own_project: str | None = None
+    #: How often the listing started over because its paging marker vanished between two pages.
+    restarts: int = 0
 
 
 @dataclass(frozen=True)
 class Failed:
-    """A type that could not be listed (error, timeout, bad page, service missing)."""
+    """A type that could not be listed (error, timeout, bad page, service missing, too narrow a scope).
+
+    ``code`` classifies the failure where a rule or an alert needs it (``insufficient_scope``,
+    ``run_time_bound``); ``reason`` says it for a person.
+    """
 
     resource_type: str
     reason: str
     status: Literal["failed"] = "failed"
+    code: str | None = None
 
 
 TypeListing = Enumerated | Failed

@@ -10,13 +10,18 @@ deferrals and deletes awaiting the platform's confirmation out. The table:
 | nothing                  | live resource    | ``sync.delete``, once the platform confirms it: at the real deletion time when the platform gives one, else at poll time |
 | resource, other size/project | live resource | ``sync.update`` at poll time |
 
-Deferred, not corrected: a resource the platform reports in transition, or that the platform
-(created, updated or deleted time) or the projection dates inside the settle window before the
-poll; deletes of a type that would lose more than the mass-delete guard's share of its live
-resources (types with >= 20 live; decided once per run, on the state before it); a delete by
-absence the platform does not confirm (``unconfirmed``). A listed ``UNKNOWN`` placeholder or a
-skipped (unreadable) item is present: never deleted, never updated. The missed-delete pass runs
-only over types that enumerated.
+Deferred, not corrected: a resource the platform reports in transition (unless it has been in
+transition longer than ``Settings.stuck_after``: then it is booked as listed and counted
+``stuck_transition``), or that the platform (created, updated or deleted time) or the projection
+dates inside the settle window before the poll; deletes of a type that would lose more than the
+mass-delete guard's share of its live resources (types with >= 20 live; decided once per run, on
+the state before it); a delete by absence the platform does not confirm (``unconfirmed``). A listed
+``UNKNOWN`` placeholder or a skipped (unreadable) item is present: never deleted, never updated.
+A resource the platform shows never ran (a failed build) is never created nor recovered.
+
+The missed-delete pass runs only over types that enumerated. A listing that holds nothing but the
+credentials' own project while the projection holds other projects' live resources is taken as
+narrowed by the platform (``insufficient_scope``): the type counts as failed.
 """
 
 from __future__ import annotations
@@ -28,6 +33,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any, Literal
 
 from tally_pipeline.core.platform import (
+    INSUFFICIENT_SCOPE,
     Confirmation,
     DeletedListing,
     DeletedResource,
@@ -81,6 +87,7 @@ class Correction:
     size: dict[str, Any] | None
     why: str  # e.g. "not in projection", "deleted in projection", "missing from listing", "size differs"
     recovered: bool = False  # created and deleted between runs, found in the deleted listing
+    stuck: bool = False  # booked although in transition, for longer than the bound
 
 
 @dataclass(frozen=True, slots=True)
@@ -106,6 +113,10 @@ class TypeOutcome:
     poll_time: datetime | None = None
     unknown: int = 0  # listed as present without details (nova UNKNOWN placeholders)
     skipped: dict[str, int] = field(default_factory=dict)  # listed but unreadable, by reason
+    code: str | None = None  # a failed type's code (``insufficient_scope``, ...)
+    never_ran: dict[str, int] = field(default_factory=dict)  # failed builds not billed, by why
+    stuck_transition: int = 0  # booked although in transition, for longer than the bound
+    restarts: int = 0  # listings started over because their paging marker vanished
 
 
 @dataclass
@@ -128,6 +139,9 @@ class Plan:
 class Settings:
     settle_window: timedelta
     mass_delete_guard: float  # share of a type's live resources; 1.0 switches the guard off
+    #: A resource in transition since longer than this (by the platform's last change) is booked as
+    #: listed instead of deferred again; None never books one.
+    stuck_after: timedelta | None = None
 
 
 def plan(
@@ -167,9 +181,13 @@ def plan(
         outcome = TypeOutcome(status=listing.status, live_before=len(live), poll_time=poll)
         result.types[rtype] = outcome
         if not isinstance(listing, Enumerated):
-            outcome.reason = listing.reason
+            outcome.reason, outcome.code = listing.reason, listing.code
             continue
-        outcome.listed = len(listing.items)
+        outcome.listed, outcome.restarts = len(listing.items), listing.restarts
+        narrowed = _narrowed(listing, live)
+        if narrowed is not None:
+            outcome.status, outcome.code, outcome.reason = "failed", INSUFFICIENT_SCOPE, narrowed
+            continue
         known = by_type.get(rtype, {})
         # Listed live resources are taken out of ``unseen`` as the listing goes by; what is left at
         # the end is missing from the listing, still in projection order.
@@ -228,6 +246,24 @@ def plan(
     return result
 
 
+def _narrowed(listing: Enumerated, live: Mapping[str, ProjectedResource]) -> str | None:
+    """Why a listing looks narrowed to the credentials' own project, or None.
+
+    A listing holding items of the own project only, while the projection holds live resources
+    of other projects, is what cinder, octavia, neutron and glance answer a caller without the
+    all-projects policy. An empty listing proves nothing either way (the mass-delete guard and
+    the scope proof cover it).
+    """
+    own = listing.own_project
+    if own is None or not listing.items or any(i.project_id != own for i in listing.items):
+        return None
+    others = sum(1 for p in live.values() if p.project_id != own)
+    if not others:
+        return None
+    return (f"{INSUFFICIENT_SCOPE}: the listing holds only project {own}'s {len(listing.items)} resources while the "
+            f"projection holds {others} live {listing.resource_type} resources of other projects")
+
+
 def resolve(result: Plan, confirmations: Mapping[tuple[str, str], Confirmation], settings: Settings) -> None:
     """Book each pending delete the platform confirmed gone; defer the others as ``unconfirmed``.
 
@@ -264,27 +300,51 @@ def _unknown(item: ListedResource, p: ProjectedResource | None, result: Plan, ou
                f"listed as {item.status or 'unknown'} without its details (unreachable cell); size unknown", None)
 
 
+def _stuck(item: ListedResource, now: datetime, settings: Settings) -> str | None:
+    """Why an in-transition item counts as stuck (booked as listed), or None (deferred again).
+
+    The platform's last change (``updated_at``, else ``created_at``) dates the transition's start at
+    the latest, so the bound holds across our own outages. A resource that never ran (a build that
+    has not launched, a load balancer still being created) is never booked this way.
+    """
+    if settings.stuck_after is None or item.never_ran is not None:
+        return None
+    since = item.updated_at or item.created_at
+    if now - since <= settings.stuck_after:  # "longer than" the bound
+        return None
+    return f"stuck in transition: status {item.status or 'none'} since {since.isoformat()}"
+
+
 def _diff_listed(item: ListedResource, p: ProjectedResource | None, settle_from: datetime, settings: Settings,
                  now: datetime, result: Plan, outcome: TypeOutcome) -> None:
     rtype, rid = item.resource_type, item.resource_id
+    stuck = _stuck(item, now, settings) if item.in_transition else None
+    waiting = item.in_transition and stuck is None
     if p is not None and p.status == "live":
         if (item.project_id, item.size) == (p.project_id, p.size):
             return
         what = "size" if item.project_id == p.project_id else "project" if item.size == p.size else "size and project"
-        if item.in_transition:
+        if waiting:
             _defer(result, outcome, "update", rtype, rid, "in_transition", f"{what} differs; status {item.status}",
                    now + settings.settle_window)
         elif _recent(item.updated_at, settle_from) or p.last_event_at > settle_from:
             _defer(result, outcome, "update", rtype, rid, "settle_window", f"{what} differs; changed recently",
                    _latest(item.updated_at, p.last_event_at) + settings.settle_window)
         else:
-            result.corrections.append(Correction("update", rtype, rid, now, item.project_id, item.size, f"{what} differs"))
+            result.corrections.append(Correction("update", rtype, rid, now, item.project_id, item.size,
+                                                 f"{what} differs" + (f"; {stuck}" if stuck else ""),
+                                                 stuck=stuck is not None))
             outcome.corrections += 1
+            outcome.stuck_transition += stuck is not None
         return
     known_deleted = p is not None and p.status == "deleted"
-    if item.in_transition:
+    if waiting:
         _defer(result, outcome, "create", rtype, rid, "in_transition", f"not live in projection; status {item.status}",
                now + settings.settle_window)
+    elif item.never_ran is not None:
+        # A failed build: the platform never ran it, so neither does the bill (ceilometer and
+        # CloudKitty do not bill it either). Counted, so it is never silent.
+        outcome.never_ran[item.never_ran] = outcome.never_ran.get(item.never_ran, 0) + 1
     elif (item.created_at > settle_from or (p is not None and p.last_event_at > settle_from)
           or (known_deleted and _recent(item.updated_at, settle_from))):
         latest = _latest(item.created_at, p.last_event_at) if p is not None else item.created_at
@@ -298,12 +358,16 @@ def _diff_listed(item: ListedResource, p: ProjectedResource | None, settle_from:
         restored = item.updated_at is not None and p.last_event_at < item.updated_at <= now
         when = item.updated_at if restored and item.updated_at is not None else now
         result.corrections.append(Correction("create", rtype, rid, when, item.project_id, item.size,
-                                             "deleted in projection"))
+                                             "deleted in projection" + (f"; {stuck}" if stuck else ""),
+                                             stuck=stuck is not None))
         outcome.corrections += 1
+        outcome.stuck_transition += stuck is not None
     else:
         result.corrections.append(Correction("create", rtype, rid, item.created_at, item.project_id, item.size,
-                                             "not in projection"))
+                                             "not in projection" + (f"; {stuck}" if stuck else ""),
+                                             stuck=stuck is not None))
         outcome.corrections += 1
+        outcome.stuck_transition += stuck is not None
 
 
 def _recover(gone: Iterable[DeletedResource], by_type: Mapping[str, Mapping[str, ProjectedResource]],
@@ -314,6 +378,11 @@ def _recover(gone: Iterable[DeletedResource], by_type: Mapping[str, Mapping[str,
         p = by_type.get(d.resource_type, {}).get(d.resource_id)
         if p is not None and p.status != "unborn":
             continue  # known: the missed-delete pass (live) or nothing to do (deleted)
+        if d.never_ran is not None:  # a failed build, deleted: no lifecycle to recover
+            outcome = result.types.get(d.resource_type)
+            if outcome is not None:
+                outcome.never_ran[d.never_ran] = outcome.never_ran.get(d.never_ran, 0) + 1
+            continue
         if d.deleted_at > settle_from or (p is not None and p.last_event_at > settle_from):
             outcome = result.types.get(d.resource_type)
             result.deferrals.append(Deferral("create", d.resource_type, d.resource_id, "settle_window",

@@ -35,3 +35,25 @@ def in_transition(resource_type: str, status: str | None, task_state: str | None
     if not status:
         return False
     return status.lower() in _TRANSITIONAL.get(resource_type, frozenset())
+
+
+#: Server statuses in which a missing launch time means the build never ran (failed, or still building).
+_UNLAUNCHED = frozenset({"error", "build"})
+#: Octavia states of a load balancer with no sign it ever served: still being created, or ERROR,
+#: which octavia shows alike for a failed create and a failed update.
+_NEVER_ACTIVE = frozenset({"pending_create", "error"})
+
+
+def never_ran(resource_type: str, status: str | None, *, launched: bool | None = None) -> str | None:
+    """Why the platform shows a resource never ran, or None.
+
+    ``launched`` is nova's evidence (``OS-SRV-USG:launched_at`` set or null; None when unknown):
+    a server in ERROR or BUILD that never launched is a failed (or unfinished) build. A load
+    balancer never active is one octavia still creates, or one in ERROR.
+    """
+    state = (status or "").lower()
+    if resource_type == "instance" and launched is False and state in _UNLAUNCHED:
+        return "never_launched"
+    if resource_type == "load_balancer" and state in _NEVER_ACTIVE:
+        return "never_active"
+    return None

@@ -29,10 +29,20 @@ ground truth plugs in unchanged; every answer's ``Date`` header is that clock's.
 per resource type, on its listing or on its GET by id (see ``inject``); ``patch`` rewrites fields
 of one record as rendered (a glance image with a null owner, a floating IP without timestamps).
 
-Roles decide scope, as in a real cloud: ``admin`` sees every project and nova's deleted servers;
-``reader`` (an auditor granted the all-projects policies) sees every project but nova silently
-ignores its ``deleted`` filter; ``member`` sees its own project only and gets 403 for
-``all_tenants`` on nova.
+Roles decide scope as the services' default policies do (``ALL_PROJECTS_POLICY``): ``admin`` sees
+every project everywhere and nova's deleted servers; octavia also lets ``load-balancer_admin`` and
+``load-balancer_global_observer`` see every project. Anyone else gets what upstream gives a
+project-scoped caller: nova answers ``all_tenants`` with 403; cinder and octavia silently list the
+token's own project; neutron lists the project's own floating IPs; glance lists the project's own
+images and the public ones (``publish``); a GET by id of another project's resource is a 404; nova
+silently ignores ``deleted`` (and any admin-only filter). ``grant(type, role)`` plays a deployment
+whose policy file lets another role list every project of a type.
+
+Listings also move under the client's feet: ``vanish(id, after_pages=n)`` deletes a resource once
+its type has answered n pages (nova finds a deleted marker, as real nova does until the row is
+archived; the other services refuse the next page: 400, neutron 404). ``inject(type, "throttled",
+retry_after="3600")`` answers 429 with that ``Retry-After`` header; ``inject(type, "hold")`` holds
+requests until ``release_held()``.
 """
 
 from __future__ import annotations
@@ -41,12 +51,14 @@ import secrets
 import socket
 import threading
 from collections.abc import Callable
+from dataclasses import replace
 from datetime import UTC, datetime
 from http.server import ThreadingHTTPServer
 from typing import Any, Literal
 
 from tally_pipeline.fakes import openstack_json as render
 from tally_pipeline.fakes.openstack_model import (
+    ALL_PROJECTS_POLICY,
     CINDER_MAX,
     DOMAIN,
     RESOURCE_TYPES,
@@ -58,7 +70,7 @@ from tally_pipeline.fakes.openstack_model import (
     Token,
     User,
 )
-from tally_pipeline.sim.platform import FailureMode, PlatformView
+from tally_pipeline.sim.platform import FailureMode, PlatformRecord, PlatformView
 
 __all__ = ["CINDER_MAX", "DOMAIN", "RESOURCE_TYPES", "SERVICES", "FakeOpenStack", "Fault", "FaultKind",
            "RecordedRequest", "Service", "Token", "User"]
@@ -95,6 +107,12 @@ class FakeOpenStack:
         self._patches: dict[str, tuple[dict[str, Any], tuple[str, ...]]] = {}
         self._users: dict[str, User] = {}
         self._tokens: dict[str, Token] = {}
+        self._policy: dict[str, set[str]] = {t: set(roles) for t, roles in ALL_PROJECTS_POLICY.items()}
+        self._public: set[str] = set()
+        self._vanishing: dict[str, tuple[str, int]] = {}  # id -> (type, pages after which it is gone)
+        self._vanished: dict[str, datetime] = {}  # id -> when it was deleted
+        self._pages: dict[str, int] = {}  # list pages answered per type
+        self._released = threading.Event()
         self._lock = threading.Lock()
         self._recorded = threading.Condition(self._lock)
         self._requests: list[RecordedRequest] = []
@@ -127,17 +145,73 @@ class FakeOpenStack:
         return self._users[name]
 
     def inject(self, resource_type: str, kind: FaultKind, *, after_pages: int = 0, times: int | None = None,
-               on: Literal["list", "show"] = "list") -> Fault:
+               on: Literal["list", "show"] = "list", retry_after: str | None = None) -> Fault:
         """Make ``resource_type``'s list endpoint (or, ``on="show"``, its GET by id) fail: ``error``
         (HTTP 500), ``unavailable`` (HTTP 503, which clients retry), ``timeout`` (hang until the
         client gives up or the server stops), ``malformed`` (a truncated JSON page), ``absent``
-        (not in the catalog)."""
+        (not in the catalog), ``throttled`` (HTTP 429 with ``Retry-After: retry_after``), ``hold``
+        (wait until ``release_held()`` or the server stops, then answer normally)."""
         if resource_type not in SERVICES:
             raise ValueError(f"unknown resource type {resource_type!r}")
-        fault = Fault(kind, after_pages, times)
+        fault = Fault(kind, after_pages, times, retry_after=retry_after)
         with self._lock:
             (self._show_faults if on == "show" else self._faults)[resource_type] = fault
         return fault
+
+    def release_held(self) -> None:
+        """Let every ``hold``-ing request (and any later one) go on."""
+        self._released.set()
+
+    def grant(self, resource_type: str, role: str) -> None:
+        """Let ``role`` list every project of ``resource_type`` (a deployment's policy override)."""
+        with self._lock:
+            self._policy[resource_type].add(role)
+
+    def sees_all(self, user: User, resource_type: str) -> bool:
+        with self._lock:
+            return bool(self._policy[resource_type] & set(user.roles))
+
+    def publish(self, *image_ids: str) -> None:
+        """Make these glance images public: every project lists them and may GET them."""
+        with self._lock:
+            self._public.update(image_ids)
+
+    def is_public(self, image_id: str) -> bool:
+        with self._lock:
+            return image_id in self._public
+
+    def vanish(self, resource_id: str, resource_type: str, *, after_pages: int = 1) -> None:
+        """Delete the resource once its type's listing has answered ``after_pages`` more pages."""
+        with self._lock:
+            self._vanishing[resource_id] = (resource_type, self._pages.get(resource_type, 0) + after_pages)
+
+    def count_page(self, resource_type: str) -> None:
+        """One more list page answered for the type; resources due to vanish now are gone."""
+        with self._lock:
+            self._pages[resource_type] = pages = self._pages.get(resource_type, 0) + 1
+            for rid, (rtype, after) in list(self._vanishing.items()):
+                if rtype == resource_type and pages >= after:
+                    del self._vanishing[rid]
+                    self._vanished[rid] = self._clock()
+
+    def present(self, records: list[PlatformRecord]) -> list[PlatformRecord]:
+        """``records`` without the ones that vanished."""
+        with self._lock:
+            gone = set(self._vanished)
+        return [r for r in records if r.resource_id not in gone] if gone else records
+
+    def vanished_servers(self) -> list[PlatformRecord]:
+        """Servers that vanished, as nova's deleted listing shows them (``DELETED``)."""
+        with self._lock:
+            gone = dict(self._vanished)
+        if not gone:
+            return []
+        out = []
+        for record in self.view.records(self.cloud, "instance", self.now()):
+            when = gone.get(record.resource_id)
+            if when is not None:
+                out.append(replace(record, status="DELETED", task_state=None, updated_at=when, deleted_at=when))
+        return out
 
     def clear_faults(self) -> None:
         with self._lock:
@@ -247,6 +321,7 @@ class FakeOpenStack:
         if self._httpd is not None:
             return self
         self._stopping.clear()
+        self._released.clear()
         from tally_pipeline.fakes.openstack_http import Handler
 
         httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
@@ -263,6 +338,7 @@ class FakeOpenStack:
         if httpd is None:
             return
         self._stopping.set()
+        self._released.set()
         httpd.shutdown()
         with self._lock:
             connections = list(self._connections)
@@ -296,11 +372,12 @@ class FakeOpenStack:
             self._requests.append(request)
             self._recorded.notify_all()
 
-    def _fault_for(self, resource_type: str, *, show: bool = False) -> FaultKind | FailureMode | None:
+    def _fault_for(self, resource_type: str, *, show: bool = False) -> Fault | FailureMode | None:
+        """The injected fault that fires for this request (a ``Fault``), else the view's own mode."""
         with self._lock:
             fault = (self._show_faults if show else self._faults).get(resource_type)
             if fault is not None and fault.kind != "absent" and fault.fires():
-                return fault.kind
+                return fault
         return None if show else self.view.failure(self.cloud, resource_type)
 
     def _catalog_types(self) -> frozenset[str]:

@@ -10,14 +10,14 @@ import email.utils
 import json
 import secrets
 import urllib.parse
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from datetime import UTC, datetime, timedelta
 from http.server import BaseHTTPRequestHandler
 from typing import TYPE_CHECKING, Any
 
 from tally_pipeline.fakes import openstack_json as render
 from tally_pipeline.fakes import openstack_show
-from tally_pipeline.fakes.openstack_model import CINDER_MAX, DOMAIN, SERVICES, RecordedRequest, Service, Token
+from tally_pipeline.fakes.openstack_model import CINDER_MAX, DOMAIN, SERVICES, Fault, RecordedRequest, Service, Token
 from tally_pipeline.sim.platform import PlatformRecord, in_down_cell
 
 if TYPE_CHECKING:
@@ -75,7 +75,8 @@ class Handler(BaseHTTPRequestHandler):
         parts = urllib.parse.urlsplit(self.path)
         path = parts.path.rstrip("/") or "/"
         query = urllib.parse.parse_qs(parts.query, keep_blank_values=True)
-        self._context: dict[str, Any] = {"resource_type": None, "microversion": None, "show": False}
+        self._context: dict[str, Any] = {"resource_type": None, "microversion": None, "show": False,
+                                         "method": method, "path": parts.path, "query": query}
         try:
             if method == "POST":
                 self._post(path)
@@ -249,22 +250,18 @@ class Handler(BaseHTTPRequestHandler):
             version = self._nova_microversion()
             self._context["microversion"] = render.format_microversion(version)
             headers["OpenStack-API-Version"] = f"compute {render.format_microversion(version)}"
-        fault = fake._fault_for(resource_type, show=True)
-        if fault in ("error", "unavailable"):
-            code = 500 if fault == "error" else 503
-            raise _Reply(code, _fault_body(resource_type, code, "Unexpected API Error." if code == 500
-                                           else "Service Unavailable"))
-        if fault == "timeout":
-            raise _Hang()
+        self._apply_fault(resource_type, resource_type, show=True)
         record = openstack_show.find(fake.view, fake.cloud, resource_type, rid, fake.now())
-        if record is not None and not self._scoped([record], token, True):
-            record = None  # another project's resource: a member is told it does not exist
+        if record is not None and not fake.present([record]):
+            record = None  # vanished: deleted since
+        if record is not None and not self._visible(resource_type, [record], token, True):
+            record = None  # another project's resource: a caller who may not see it is told it does not exist
         base_url = f"{fake.base_url}{base_path}"
         renderers: dict[str, Callable[[PlatformRecord], dict[str, Any]]] = {
             "instance": lambda r: render.server_json(r, microversion=version or (2, 1), base_url=base_url),
             "volume": lambda r: render.volume_json(r, base_url=base_url),
             "floating_ip": render.floating_ip_json,
-            "image": render.image_json,
+            "image": self._image_json,
             "load_balancer": render.load_balancer_json,
         }
         status, body = openstack_show.show(
@@ -302,23 +299,37 @@ class Handler(BaseHTTPRequestHandler):
             raise _Reply(404, {"error": {"code": 404, "message": "endpoint not in this token's catalog"}})
         return token
 
-    def _apply_fault(self, resource_type: str, key: str) -> bool:
+    def _apply_fault(self, resource_type: str, key: str, *, show: bool = False) -> bool:
         """Raise the injected fault, if any; True when the listing should be empty."""
-        fault = self.fake._fault_for(resource_type)
-        if fault == "error":
+        fault = self.fake._fault_for(resource_type, show=show)
+        kind = fault.kind if isinstance(fault, Fault) else fault
+        if kind == "hold":  # until the test releases it (or the server stops), then as usual
+            context = self._context
+            self._record(context["method"], context["path"], context["query"], 0)  # seen, not yet answered
+            self.fake._released.wait(self.fake.hang_limit)
+            return False
+        if kind == "throttled":
+            after = (fault.retry_after if isinstance(fault, Fault) else None) or "1"
+            raise _Reply(429, _fault_body(resource_type, 429, "Rate limit exceeded"), {"Retry-After": after})
+        if kind == "error":
             raise _Reply(500, _fault_body(resource_type, 500, "Unexpected API Error. Please report this."))
-        if fault == "unavailable":
+        if kind == "unavailable":
             raise _Reply(503, _fault_body(resource_type, 503, "Service Unavailable"))
-        if fault == "timeout":
+        if kind == "timeout":
             raise _Hang()
-        if fault == "malformed":
+        if kind == "malformed" and not show:
             raise _Malformed(f'{{"{key}": [{{"id": "'.encode())
-        return fault == "empty"
+        return kind == "empty"
 
-    def _scoped(self, records: list[PlatformRecord], token: Token, all_projects: bool) -> list[PlatformRecord]:
-        if all_projects and token.user.all_projects:
+    def _visible(self, resource_type: str, records: list[PlatformRecord], token: Token,
+                 asked_all: bool) -> list[PlatformRecord]:
+        """What the token's holder gets: everything when it asked for all projects and its role may
+        see them; else its own project's resources (and glance's public images)."""
+        fake, user = self.fake, token.user
+        if asked_all and fake.sees_all(user, resource_type):
             return records
-        return [r for r in records if r.project_id == token.user.project_id]
+        return [r for r in records if r.project_id == user.project_id
+                or (resource_type == "image" and fake.is_public(r.resource_id))]
 
     def _servers(self, query: dict[str, list[str]]) -> None:
         fake = self.fake
@@ -332,11 +343,11 @@ class Handler(BaseHTTPRequestHandler):
         }
         empty = self._apply_fault("instance", "servers")
         all_tenants = _flag(query, "all_tenants")
-        if all_tenants and not token.user.all_projects:
+        if all_tenants and not fake.sees_all(token.user, "instance"):
             raise _Reply(403, _fault_body("instance", 403, "Policy doesn't allow "
-                                          "os_compute_api:servers:index:get_all_tenants to be performed."))
+                                          "os_compute_api:servers:detail:get_all_tenants to be performed."))
         records = [] if empty else self._server_records(query, token)
-        records = self._scoped(records, token, all_tenants)
+        records = self._visible("instance", records, token, all_tenants)
         # nova's list_records_by_skipping_down_cells: a paged, sorted or filtered listing silently
         # leaves a down cell's servers out; an unpaged one from 2.69 shows them as UNKNOWN
         minimal = version >= openstack_show.DOWN_CELL_MICROVERSION and not (set(query) - {"all_tenants"})
@@ -344,7 +355,11 @@ class Handler(BaseHTTPRequestHandler):
         if down and not minimal:
             records = [r for r in records if r.resource_id not in down]
         base_url = f"{fake.base_url}/compute/v2.1"
-        page, next_marker, limit = _page(records, query, SERVICES["instance"], "instance")
+        # nova finds a marker among deleted servers too (until they are archived)
+        deleted = [*fake.view.deleted_servers(fake.cloud, datetime(1970, 1, 1, tzinfo=UTC), fake.now()),
+                   *fake.vanished_servers()]
+        page, next_marker, limit = _page(records, query, SERVICES["instance"], "instance", also_known=deleted)
+        fake.count_page("instance")
         body: dict[str, Any] = {"servers": [
             render.server_unknown_json(r, base_url=base_url) if r.resource_id in down
             else fake.patched(render.server_json(r, microversion=version, base_url=base_url))
@@ -359,19 +374,24 @@ class Handler(BaseHTTPRequestHandler):
         with an honoured ``deleted`` (admins only) the deleted ones alone."""
         fake, at = self.fake, self.fake.now()
         since = _one(query, "changes-since")
-        honour_deleted = _flag(query, "deleted") and token.user.admin
+        # ``deleted`` and ``uuid`` are admin-only filters (os_compute_api:servers:allow_all_filters):
+        # nova drops them silently for anyone else
+        admin = token.user.admin
+        honour_deleted = _flag(query, "deleted") and admin
+        uuid = _one(query, "uuid") if admin else None
+        live_now = fake.present(fake.view.records(fake.cloud, "instance", at))
         if since is None and not honour_deleted:
-            return fake.view.records(fake.cloud, "instance", at)
+            return [r for r in live_now if uuid is None or r.resource_id == uuid]
         try:
             since_at = _parse_time(since) if since is not None else datetime(1970, 1, 1, tzinfo=UTC)
         except ValueError:
             raise _Reply(400, _fault_body("instance", 400,
                                           f"Invalid input for field/attribute changes-since. Value: {since}")) from None
-        deleted = fake.view.deleted_servers(fake.cloud, since_at, at)
-        if honour_deleted:
-            return deleted
-        live = [r for r in fake.view.records(fake.cloud, "instance", at) if r.updated_at >= since_at]
-        return live + deleted
+        deleted = [*fake.view.deleted_servers(fake.cloud, since_at, at),
+                   *(r for r in fake.vanished_servers() if r.updated_at >= since_at)]
+        if not honour_deleted:
+            deleted += [r for r in live_now if r.updated_at >= since_at]
+        return [r for r in deleted if uuid is None or r.resource_id == uuid]
 
     def _nova_microversion(self) -> tuple[int, int]:
         nova_max = self.fake.nova_max
@@ -404,12 +424,14 @@ class Handler(BaseHTTPRequestHandler):
         fake = self.fake
         token = self._authorised(resource_type)
         empty = self._apply_fault(resource_type, key)
-        records = [] if empty else fake.view.records(fake.cloud, resource_type, fake.now())
-        # cinder scopes by all_tenants; neutron and octavia show an admin everything unasked
+        records = [] if empty else fake.present(fake.view.records(fake.cloud, resource_type, fake.now()))
+        # cinder scopes by all_tenants; neutron and octavia show everything unasked to whom may see it;
+        # a caller who may not gets its own project, without a word
         wants_all = _flag(query, "all_tenants") or _flag(query, "all_projects") or resource_type != "volume"
-        records = self._scoped(records, token, wants_all)
+        records = self._visible(resource_type, records, token, wants_all)
         spec = SERVICES[resource_type]
         page, next_marker, limit = _page(records, query, spec, resource_type)
+        fake.count_page(resource_type)
         body: dict[str, Any] = {key: [fake.patched(to_json(r)) for r in page], f"{key}_links": []}
         if next_marker is not None:
             here = f"{fake.base_url}{self.path.split('?', 1)[0]}"
@@ -434,16 +456,24 @@ class Handler(BaseHTTPRequestHandler):
         token = self._authorised("image")
         empty = self._apply_fault("image", "images")
         hidden_only = (_one(query, "os_hidden") or "false").lower() == "true"
-        records = [] if empty or hidden_only else fake.view.records(fake.cloud, "image", fake.now())
-        records = self._scoped(records, token, True)
+        records = [] if empty or hidden_only else fake.present(fake.view.records(fake.cloud, "image", fake.now()))
+        records = self._visible("image", records, token, True)
         page, next_marker, limit = _page(records, query, SERVICES["image"], "image")
-        body: dict[str, Any] = {"images": [fake.patched(render.image_json(r)) for r in page],
+        fake.count_page("image")
+        body: dict[str, Any] = {"images": [fake.patched(self._image_json(r)) for r in page],
                                 "schema": "/v2/schemas/images",
                                 "first": "/v2/images"}
         if next_marker is not None:
             # Glance's next link is relative to the endpoint's root and keeps the other filters.
             body["next"] = _next_href("/v2/images", query, limit, next_marker)
         raise _Reply(200, body)
+
+
+    def _image_json(self, record: PlatformRecord) -> dict[str, Any]:
+        body = render.image_json(record)
+        if self.fake.is_public(record.resource_id):
+            body["visibility"] = "public"
+        return body
 
 
 class _Hang(Exception):
@@ -493,9 +523,13 @@ def _order(records: list[PlatformRecord]) -> list[PlatformRecord]:
     return sorted(records, key=lambda r: (r.created_at, r.resource_id), reverse=True)
 
 
-def _page(records: list[PlatformRecord], query: dict[str, list[str]], spec: Service,
-          resource_type: str) -> tuple[list[PlatformRecord], str | None, int | None]:
-    """One page after ``marker``: the items, the marker for a next link (or None), the page size."""
+def _page(records: list[PlatformRecord], query: dict[str, list[str]], spec: Service, resource_type: str,
+          also_known: Sequence[PlatformRecord] = ()) -> tuple[list[PlatformRecord], str | None, int | None]:
+    """One page after ``marker``: the items, the marker for a next link (or None), the page size.
+
+    A marker not among ``records`` but among ``also_known`` (nova: deleted servers) pages on from
+    where it would sort; any other unknown marker is refused, as the services refuse it.
+    """
     limit_text = _one(query, "limit")
     try:
         limit = int(limit_text) if limit_text is not None else spec.default_limit
@@ -511,8 +545,12 @@ def _page(records: list[PlatformRecord], query: dict[str, list[str]], spec: Serv
     if marker is not None:
         position = next((i for i, r in enumerate(ordered) if r.resource_id == marker), None)
         if position is None:
-            raise _Reply(400 if resource_type != "floating_ip" else 404,
-                         _fault_body(resource_type, 400, f"marker [{marker}] not found"))
+            gone = next((r for r in also_known if r.resource_id == marker), None)
+            if gone is None:
+                raise _Reply(400 if resource_type != "floating_ip" else 404,
+                             _fault_body(resource_type, 400, f"marker [{marker}] not found"))
+            key = (gone.created_at, gone.resource_id)
+            position = sum(1 for r in ordered if (r.created_at, r.resource_id) > key) - 1
         start = position + 1
     if limit is None:
         return ordered[start:], None, None

@@ -8,7 +8,7 @@ from typing import Literal
 
 from tally_pipeline.schemas import default_registry
 
-FaultKind = Literal["error", "unavailable", "timeout", "malformed", "absent"]
+FaultKind = Literal["error", "unavailable", "timeout", "malformed", "absent", "throttled", "hold"]
 #: The packaged resource types, in the registry's order.
 RESOURCE_TYPES = default_registry().in_order
 CINDER_MAX = (3, 71)
@@ -23,6 +23,18 @@ class Service:
     default_limit: int | None  # page size when the client sends no limit (None: everything)
     max_limit: int | None
 
+
+#: Per type, the roles the service's default policy lets see every project (nova:
+#: ``os_compute_api:servers:detail:get_all_tenants``; cinder and glance: ``context_is_admin``;
+#: neutron: admin; octavia: ``load-balancer:read-global``). ``FakeOpenStack.grant`` adds roles,
+#: as a deployment's policy file would.
+ALL_PROJECTS_POLICY: dict[str, frozenset[str]] = {
+    "instance": frozenset({"admin"}),
+    "volume": frozenset({"admin"}),
+    "floating_ip": frozenset({"admin"}),
+    "image": frozenset({"admin"}),
+    "load_balancer": frozenset({"admin", "load-balancer_admin", "load-balancer_global_observer"}),
+}
 
 SERVICES: dict[str, Service] = {
     "instance": Service("compute", "nova", "/compute", 1000, 1000),
@@ -47,6 +59,7 @@ class Fault:
     times: int | None = None
     seen: int = 0
     fired: int = 0
+    retry_after: str | None = None  # ``throttled``: the Retry-After header sent with the 429
 
     def fires(self) -> bool:
         self.seen += 1
@@ -63,10 +76,6 @@ class User:
     project_id: str
     project_name: str
     roles: tuple[str, ...]
-
-    @property
-    def all_projects(self) -> bool:
-        return "admin" in self.roles or "reader" in self.roles
 
     @property
     def admin(self) -> bool:

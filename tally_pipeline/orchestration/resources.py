@@ -76,9 +76,8 @@ class TallyDatabase(dg.ConfigurableResource):
         from tally_pipeline.sync import run_sync
 
         rt = self._rt()
-        settings = rt.config.reconciliation
-        return run_sync(rt.store, rt.ingestor, cloud, adapter, settle_window=settings.settle_window,
-                        mass_delete_guard=settings.mass_delete_guard, now=now, run_key=run_key)
+        return run_sync(rt.store, rt.ingestor, cloud, adapter, **rt.config.reconciliation.run_options(), now=now,
+                        run_key=run_key)
 
     def recompute_usage_daily(self, first: date, last: date, *, through: datetime) -> Any:
         from tally_pipeline.ledger.daily import recompute_usage_daily

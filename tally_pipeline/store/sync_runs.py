@@ -11,7 +11,7 @@ from tally_pipeline.store.base import Store, UnitOfWork
 
 RUN_COLUMNS = ("run_id", "cloud", "run_key", "tick", "poll_time", "started_at", "finished_at", "status", "per_type",
                "error", "created", "updated", "deleted", "recovered", "deferred", "unconfirmed", "skipped",
-               "live_before", "drift", "first_load", "deleted_listing")
+               "live_before", "drift", "first_load", "deleted_listing", "deleted_window_end", "stuck_transition")
 #: Each cloud's latest finished run as a relation ``l (cloud, started_at)``: the one definition of
 #: "latest finished run per cloud", which the alerts and the follow-up sensor both join to.
 LATEST_FINISHED = (
@@ -34,33 +34,45 @@ def projection_rows(store: Store, cloud: str) -> list[tuple[Any, ...]]:
 
 
 def acquire_lock(store: Store, cloud: str, run_id: str, wall: datetime, expired_before: datetime) -> bool:
-    """Take the cloud's lock (dropping a lease older than ``expired_before``); False when another run holds it."""
+    """Take the cloud's lock (dropping a lease last renewed before ``expired_before``); False when
+    another run holds it."""
     def work(uow: UnitOfWork) -> bool:
-        uow.execute("DELETE FROM sync_locks WHERE cloud = %s AND acquired_at < %s", (cloud, expired_before))
+        uow.execute("DELETE FROM sync_locks WHERE cloud = %s AND coalesce(renewed_at, acquired_at) < %s",
+                    (cloud, expired_before))
         got = uow.fetchall(
-            "INSERT INTO sync_locks (cloud, run_id, acquired_at) VALUES (%s, %s, %s) "
+            "INSERT INTO sync_locks (cloud, run_id, acquired_at, renewed_at) VALUES (%s, %s, %s, %s) "
             "ON CONFLICT (cloud) DO NOTHING RETURNING run_id",
-            (cloud, run_id, wall),
+            (cloud, run_id, wall, wall),
         )
         return bool(got)
 
     return store.run(work)
 
 
-def lock_holder(store: Store, cloud: str) -> tuple[str, datetime] | None:
-    rows = store.query("SELECT run_id, acquired_at FROM sync_locks WHERE cloud = %s", [cloud])
-    return (rows[0][0], rows[0][1]) if rows else None
+def renew_lock(store: Store, cloud: str, run_id: str, wall: datetime) -> bool:
+    """Extend the run's lease from ``wall``; False when the run no longer holds the lock."""
+    return bool(store.run(lambda uow: uow.fetchall(
+        "UPDATE sync_locks SET renewed_at = %s WHERE cloud = %s AND run_id = %s RETURNING run_id",
+        (wall, cloud, run_id))))
+
+
+def lock_holder(store: Store, cloud: str) -> tuple[str, datetime, datetime] | None:
+    """``(run_id, acquired_at, renewed_at)`` of the run holding the cloud's lock, if any."""
+    rows = store.query("SELECT run_id, acquired_at, coalesce(renewed_at, acquired_at) FROM sync_locks "
+                       "WHERE cloud = %s", [cloud])
+    return (rows[0][0], rows[0][1], rows[0][2]) if rows else None
 
 
 def release_lock(store: Store, cloud: str, run_id: str) -> None:
     store.run(lambda uow: uow.execute("DELETE FROM sync_locks WHERE cloud = %s AND run_id = %s", (cloud, run_id)))
 
 
-def last_good_poll(store: Store, cloud: str, not_after: datetime) -> datetime | None:
-    """The latest poll time of a succeeded or partial run, up to ``not_after``."""
+def last_deleted_window_end(store: Store, cloud: str, not_after: datetime) -> datetime | None:
+    """How far the cloud's deleted listings have covered deletes, up to ``not_after``: the latest
+    ``deleted_window_end`` of a run whose instance listing enumerated and whose deleted listing answered."""
     rows = store.query(
-        "SELECT max(poll_time) FROM sync_runs WHERE cloud = %s AND status IN ('succeeded', 'partial') "
-        "AND poll_time <= %s",
+        "SELECT max(deleted_window_end) FROM sync_runs WHERE cloud = %s AND status IN ('succeeded', 'partial') "
+        "AND deleted_window_end <= %s",
         [cloud, not_after],
     )
     return rows[0][0] if rows and rows[0][0] is not None else None
@@ -96,9 +108,10 @@ def latest_runs(store: Store, *, cloud: str | None, limit: int) -> list[dict[str
 
 
 def latest_finished_runs(store: Store) -> list[tuple[Any, ...]]:
-    """Each cloud's latest finished run: ``(cloud, status, poll_time, drift, error, per_type)``, by cloud."""
+    """Each cloud's latest finished run: ``(cloud, status, poll_time, drift, error, per_type,
+    stuck_transition)``, by cloud."""
     return store.query(
-        "SELECT r.cloud, r.status, r.poll_time, r.drift, r.error, r.per_type FROM sync_runs r "
+        "SELECT r.cloud, r.status, r.poll_time, r.drift, r.error, r.per_type, r.stuck_transition FROM sync_runs r "
         f"JOIN {LATEST_FINISHED} ON r.cloud = l.cloud AND r.started_at = l.started_at ORDER BY r.cloud"
     )
 

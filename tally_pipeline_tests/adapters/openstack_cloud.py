@@ -73,6 +73,9 @@ CLOUD: list[tuple[PlatformRecord, bool]] = [
 ]
 RECORDS = [r for r, _ in CLOUD]
 TRANSITIONAL = {r.resource_id: flag for r, flag in CLOUD}
+#: Octavia shows no sign these ever served: one still being created, one in ERROR (which octavia
+#: shows alike for a failed create). Every server above launched (the fake stamps launched_at).
+NEVER_RAN = {"lb-create": "never_active", "lb-error": "never_active"}
 
 
 def deleted_server(resource_id: str, *, created_minute: int, deleted_at: datetime, project: str = "p-alpha",
@@ -86,7 +89,7 @@ def expected_listing(records: list[PlatformRecord], transitional: dict[str, bool
         r.resource_id: ListedResource(
             resource_type=r.resource_type, resource_id=r.resource_id, project_id=r.project_id, size=r.size,
             status=r.status, in_transition=transitional[r.resource_id], created_at=r.created_at,
-            updated_at=r.updated_at,
+            updated_at=r.updated_at, never_ran=NEVER_RAN.get(r.resource_id),
         )
         for r in records
     }

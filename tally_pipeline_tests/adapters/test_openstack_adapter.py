@@ -194,13 +194,15 @@ def test_deleted_servers_come_with_their_real_deletion_times() -> None:
 
 
 def test_a_deleted_filter_that_nova_ignores_is_reported_unavailable() -> None:
-    # A "reader" may list all projects, but nova honours ``deleted`` for admins only: it answers
-    # with live servers changed since T next to the deleted ones.
+    # A deployment's nova policy lets "reader" list all projects, but nova honours ``deleted`` for
+    # admins only (os_compute_api:servers:allow_all_filters): it answers with live servers changed
+    # since T next to the deleted ones.
     since = NOW - timedelta(hours=2)
     live = replace(record("instance", "srv-live", SMALL, "ACTIVE", minute=1), updated_at=NOW - timedelta(minutes=5))
     gone = [deleted_server("gone", created_minute=2, deleted_at=NOW - timedelta(minutes=20))]
     with running_fake([live], deleted=gone) as fake:
         fake.add_user("auditor", "s3cret", project_name="audit", roles=("reader",))
+        fake.grant("instance", "reader")
         with OpenStackAdapter("c", config(fake, user="auditor")) as adapter:
             listing = adapter.deleted_since(since, at=NOW)
             servers = enumerated(list_all(adapter)["instance"])

@@ -30,6 +30,7 @@ def test_bench_openstack_lists_every_server_and_reports_memory() -> None:
         assert run["listing_plus_confirm_seconds"] >= run["seconds"]
         # 100 per page; a full last page is followed by one empty page
         assert run["list_requests"] == run["items"] // 100 + 1
+        assert run["deleted_lookups"] == run["confirmed_gone"]  # each 404 asks nova's deleted listing for its date
         assert run["items_per_s"] > 0
         assert run["peak_rss_mb"] >= run["rss_before_mb"] > 0
         assert run["nova_microversion"] == "2.96"

@@ -1,0 +1,89 @@
+"""``tally openstack check CLOUD``: what the cloud's credentials can see, and whether reconciliation
+may delete by absence, per type; with the cloud's latest run."""
+
+from __future__ import annotations
+
+import json
+
+import click
+
+from tally_pipeline.commands._options import group_of, with_runtime
+from tally_pipeline.runtime import Runtime, UnknownCloud
+
+
+@click.command("check")
+@click.argument("cloud")
+@click.option("--sample", type=click.IntRange(min=1), default=1000, show_default=True,
+              help="Items read from the start of each type's listing.")
+@click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
+@with_runtime
+def check(rt: Runtime, cloud: str, sample: int, as_json: bool) -> None:
+    """Show, per type, whether CLOUD's credentials list every project (else reconciliation lists
+    nothing of it and deletes nothing: insufficient_scope), what the listing's first items show,
+    whether nova's deleted servers can be read, and the cloud's latest sync run.
+
+    Exits 1 when a type cannot be reconciled (scope not proven or listing failing) or the latest
+    run was not clean (failed, partial, or the mass-delete guard held deletes)."""
+    from tally_pipeline.adapters.openstack import OpenStackAdapter
+    from tally_pipeline.adapters.openstack_check import check as check_cloud
+    from tally_pipeline.sync import sync_runs
+
+    try:
+        adapter = rt.adapter(cloud)
+    except UnknownCloud as exc:
+        raise click.ClickException(str(exc)) from None
+    if not isinstance(adapter, OpenStackAdapter):
+        raise click.ClickException(f"cloud {cloud!r} is not an OpenStack cloud (provider: "
+                                   f"{rt.config.clouds[cloud].provider})")
+    result = check_cloud(adapter, sample=sample)
+    latest = next(iter(sync_runs(rt.store, cloud=cloud, limit=1)), None)
+    blocked = result.error is not None or any(not t.deletes_allowed for t in result.types)
+    unclean = latest is not None and (latest["status"] in ("failed", "partial") or any(
+        t.get("guard_tripped") for t in (latest["per_type"] or {}).values()))
+    if as_json:
+        body = result.as_json()
+        body["latest_run"] = None if latest is None else {
+            "run_id": latest["run_id"], "status": latest["status"], "error": latest["error"],
+            "guard_tripped": sorted(t for t, o in (latest["per_type"] or {}).items() if o.get("guard_tripped")),
+            "insufficient_scope": sorted(t for t, o in (latest["per_type"] or {}).items()
+                                         if o.get("code") == "insufficient_scope")}
+        click.echo(json.dumps(body, indent=2, default=str))
+    else:
+        _print(result, latest)
+    if blocked or unclean:
+        raise SystemExit(1)
+
+
+def _print(result, latest) -> None:
+    if result.credentials is None:
+        click.echo(f"{result.cloud}: no token: {result.error}")
+        return
+    c = result.credentials
+    scope = "system scope" if c.system_scope else f"project {c.project_name or '?'} ({c.project_id})"
+    click.echo(f"{result.cloud}: user {c.user or '?'}, {scope}, roles: {', '.join(sorted(c.roles)) or 'none'}")
+    for t in result.types:
+        verdict = "deletes by absence ALLOWED" if t.deletes_allowed else "NOT reconciled (nothing deleted)"
+        if t.error is not None:
+            seen = f"listing failed: {t.error}"
+        elif t.listed is None:
+            seen = "not listed"
+        else:
+            seen = (f"{t.listed} items from {t.projects} projects"
+                    + (" (the token's own project only)" if t.own_project_only else ""))
+        click.echo(f"  {t.resource_type:14} {t.service:14} {verdict}")
+        click.echo(f"  {'':14} scope: {t.scope}")
+        click.echo(f"  {'':14} sees: {seen}")
+    if result.deleted_listing is not None:
+        click.echo(f"  nova's deleted servers: {result.deleted_listing}")
+    if latest is None:
+        click.echo("  latest run: none yet")
+        return
+    click.echo(f"  latest run: {latest['status']}" + (f": {latest['error']}" if latest["error"] else ""))
+    for rtype, o in sorted((latest["per_type"] or {}).items()):
+        if o.get("guard_tripped"):
+            click.echo(f"    {rtype}: mass-delete guard held {o['deferred_by_reason'].get('mass_delete_guard', 0)} "
+                       "deletes")
+
+
+def register(main: click.Group) -> None:
+    group_of(main, "openstack", "OpenStack clouds: credentials and scope.").add_command(check)

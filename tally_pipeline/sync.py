@@ -35,7 +35,11 @@ MAX_ROUNDS = 3
 
 
 class SyncInProgress(RuntimeError):
-    pass
+    """Another run holds the cloud's lock; ``run_id`` names it when known."""
+
+    def __init__(self, message: str, run_id: str | None = None):
+        super().__init__(message)
+        self.run_id = run_id
 
 
 @dataclass
@@ -112,7 +116,8 @@ def _acquire(store: Store, cloud: str, run_id: str, wall: datetime) -> None:
     if not runs_sql.acquire_lock(store, cloud, run_id, wall, wall - LOCK_LEASE):
         holder = runs_sql.lock_holder(store, cloud)
         detail = f" (run {holder[0]} since {holder[1].isoformat()})" if holder else ""
-        raise SyncInProgress(f"a reconciliation of cloud {cloud!r} is already running{detail}")
+        raise SyncInProgress(f"a reconciliation of cloud {cloud!r} is already running{detail}",
+                             holder[0] if holder else None)
 
 
 def _release(store: Store, cloud: str, run_id: str) -> None:
@@ -144,18 +149,21 @@ def run_sync(
     now: datetime | None = None,
     run_key: str | None = None,
     clock: Callable[[], datetime] | None = None,
+    run_id: str | None = None,
 ) -> SyncRun:
     """Reconcile one cloud; ``now`` is the run's tick (default: the wall clock).
 
     ``run_key`` makes the synthetic event ids: a scheduled tick passes its tick time, so a retried
     tick writes the same ids and dedup absorbs them. Each type's poll time is when the adapter says
     it observed the listing (``observed_at``: OpenStack's answer dates), else ``clock`` read as the
-    listing begins, else ``now`` (a simulated platform answers as of the tick).
+    listing begins, else ``now`` (a simulated platform answers as of the tick). ``run_id`` is a run
+    reserved beforehand (``sync_launch.reserve``: its lock and ``running`` row exist already); by
+    default a new one.
     """
     wall = _wall()
     tick = to_utc(now) if now is not None else wall
     observe = clock or (lambda: tick)
-    run = SyncRun(run_id=str(uuid.uuid4()), cloud=cloud, run_key=run_key or f"manual:{tick.isoformat()}",
+    run = SyncRun(run_id=run_id or str(uuid.uuid4()), cloud=cloud, run_key=run_key or f"manual:{tick.isoformat()}",
                   poll_time=tick, started_at=wall, tick=tick)
     _acquire(store, cloud, run.run_id, wall)
     try:

@@ -71,14 +71,15 @@ class TallyDatabase(dg.ConfigurableResource):
         """Fold the events stored since the last refresh into the projection tables."""
         return projection.refresh(self._rt().store)
 
-    def sync(self, cloud: str, adapter: Any, *, now: datetime, run_key: str) -> Any:
-        """One reconciliation run of ``cloud`` against its platform ``adapter``, with the configured settings."""
+    def sync(self, cloud: str, adapter: Any, *, now: datetime, run_key: str, run_id: str | None = None) -> Any:
+        """One reconciliation run of ``cloud`` against its platform ``adapter``, with the configured settings
+        (``run_id``: a run the API reserved and asked Dagster to execute)."""
         from tally_pipeline.sync import run_sync
 
         rt = self._rt()
         settings = rt.config.reconciliation
         return run_sync(rt.store, rt.ingestor, cloud, adapter, settle_window=settings.settle_window,
-                        mass_delete_guard=settings.mass_delete_guard, now=now, run_key=run_key)
+                        mass_delete_guard=settings.mass_delete_guard, now=now, run_key=run_key, run_id=run_id)
 
     def recompute_usage_daily(self, first: date, last: date, *, through: datetime) -> Any:
         from tally_pipeline.ledger.daily import recompute_usage_daily

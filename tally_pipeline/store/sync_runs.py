@@ -33,23 +33,89 @@ def projection_rows(store: Store, cloud: str) -> list[tuple[Any, ...]]:
     )
 
 
+#: The error of a run whose lock lease ran out while its row still said ``running``.
+ABANDONED = ("abandoned: the run's lock lease expired before it recorded its end "
+             "(its process stopped, or lost the database, while it ran)")
+
+
+def take_lock(uow: UnitOfWork, cloud: str, run_id: str, wall: datetime, expired_before: datetime) -> bool:
+    """Take the cloud's lock for ``run_id``, or renew it when ``run_id`` holds it already (a run the API
+    reserved, starting); False when another run holds it.
+
+    A lease older than ``expired_before`` is dropped first, and its run, if its row still says
+    ``running``, is recorded as failed (``ABANDONED``): it will never record its end itself.
+    """
+    uow.execute(
+        "UPDATE sync_runs SET status = 'failed', finished_at = %s, error = %s WHERE status = 'running' "
+        "AND run_id IN (SELECT run_id FROM sync_locks WHERE cloud = %s AND acquired_at < %s)",
+        (wall, ABANDONED, cloud, expired_before),
+    )
+    uow.execute("DELETE FROM sync_locks WHERE cloud = %s AND acquired_at < %s", (cloud, expired_before))
+    got = uow.fetchall(
+        "INSERT INTO sync_locks (cloud, run_id, acquired_at) VALUES (%s, %s, %s) "
+        "ON CONFLICT (cloud) DO UPDATE SET acquired_at = excluded.acquired_at "
+        "WHERE sync_locks.run_id = excluded.run_id RETURNING run_id",
+        (cloud, run_id, wall),
+    )
+    return bool(got)
+
+
 def acquire_lock(store: Store, cloud: str, run_id: str, wall: datetime, expired_before: datetime) -> bool:
-    """Take the cloud's lock (dropping a lease older than ``expired_before``); False when another run holds it."""
+    """Take the cloud's lock (see ``take_lock``); False when another run holds it."""
+    return store.run(lambda uow: take_lock(uow, cloud, run_id, wall, expired_before))
+
+
+def insert_run(uow: UnitOfWork, run: dict[str, Any]) -> None:
+    """Write a new run's row (in ``RUN_COLUMNS`` order) in ``uow``: a run reserved before it starts."""
+    uow.execute(f"INSERT INTO sync_runs ({', '.join(RUN_COLUMNS)}) VALUES ({', '.join(['%s'] * len(RUN_COLUMNS))})",
+                tuple(run[c] for c in RUN_COLUMNS))
+
+
+def run_row(store: Store, run_id: str) -> dict[str, Any] | None:
+    """One run's row as column → value; None for an unknown run."""
+    rows = store.query(f"SELECT {', '.join(RUN_COLUMNS)} FROM sync_runs WHERE run_id = %s", [run_id])
+    return dict(zip(RUN_COLUMNS, rows[0])) if rows else None
+
+
+def abandon(store: Store, cloud: str, run_id: str, error: str, at: datetime) -> bool:
+    """Record a run that will not record its own end as failed with ``error``, and free its cloud's lock
+    if it holds it. False when the row no longer said ``running`` (the run ended by itself)."""
     def work(uow: UnitOfWork) -> bool:
-        uow.execute("DELETE FROM sync_locks WHERE cloud = %s AND acquired_at < %s", (cloud, expired_before))
         got = uow.fetchall(
-            "INSERT INTO sync_locks (cloud, run_id, acquired_at) VALUES (%s, %s, %s) "
-            "ON CONFLICT (cloud) DO NOTHING RETURNING run_id",
-            (cloud, run_id, wall),
+            "UPDATE sync_runs SET status = 'failed', finished_at = %s, error = %s "
+            "WHERE run_id = %s AND status = 'running' RETURNING run_id",
+            (at, error[:2000], run_id),
         )
+        uow.execute("DELETE FROM sync_locks WHERE cloud = %s AND run_id = %s", (cloud, run_id))
         return bool(got)
 
     return store.run(work)
 
 
+def settle_orphan(store: Store, run_id: str, at: datetime, expired_before: datetime) -> bool:
+    """Record a ``running`` run that no longer holds a live lease on its cloud as failed (``ABANDONED``).
+
+    A run holds its cloud's lock from before its row says ``running`` until after its row says how
+    it ended; a ``running`` row without it belongs to a run whose process stopped. True when settled.
+    """
+    got = store.run(lambda uow: uow.fetchall(
+        "UPDATE sync_runs SET status = 'failed', finished_at = %s, error = %s "
+        "WHERE run_id = %s AND status = 'running' AND NOT EXISTS (SELECT 1 FROM sync_locks l "
+        "WHERE l.cloud = sync_runs.cloud AND l.run_id = sync_runs.run_id AND l.acquired_at >= %s) RETURNING run_id",
+        (at, ABANDONED, run_id, expired_before),
+    ))
+    return bool(got)
+
+
 def lock_holder(store: Store, cloud: str) -> tuple[str, datetime] | None:
     rows = store.query("SELECT run_id, acquired_at FROM sync_locks WHERE cloud = %s", [cloud])
     return (rows[0][0], rows[0][1]) if rows else None
+
+
+def lock_holder_in(uow: UnitOfWork, cloud: str) -> str | None:
+    """The run holding the cloud's lock, read in ``uow``."""
+    rows = uow.fetchall("SELECT run_id FROM sync_locks WHERE cloud = %s", (cloud,))
+    return rows[0][0] if rows else None
 
 
 def release_lock(store: Store, cloud: str, run_id: str) -> None:

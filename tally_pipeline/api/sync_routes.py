@@ -131,7 +131,9 @@ async def post_sync(ctx: ApiContext, request: Request) -> Response:
     row = await _read(launcher, started.run_id, wait)
     if row is None:  # the run's row was deleted by hand meanwhile
         raise ApiError(error(404, "not_found", f"sync run {started.run_id} is gone"))
-    return _answer(cloud, row, status=200 if row["status"] in FINISHED else 202)
+    # 202: the run was started (or, for a repeated Idempotency-Key, had been); 200 only for a caller
+    # who asked to wait and got the finished run.
+    return _answer(cloud, row, status=200 if wait and row["status"] in FINISHED else 202)
 
 
 async def get_sync_run(ctx: ApiContext, request: Request) -> Response:

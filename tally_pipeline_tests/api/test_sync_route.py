@@ -11,7 +11,11 @@ for as long as a test needs, without any sleep.
 from __future__ import annotations
 
 import hashlib
+import json
+import os
 import signal
+import subprocess
+import sys
 import threading
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -22,8 +26,10 @@ from typing import Any
 import httpx
 import pytest
 import yaml
+from click.testing import CliRunner
 
 from tally_pipeline.bench.serve_process import ServeProcess
+from tally_pipeline.cli import main
 from tally_pipeline.fakes.openstack import FakeOpenStack
 from tally_pipeline.fakes.static_view import RESOURCE_TYPES, StaticView
 from tally_pipeline.sim.platform import PlatformRecord
@@ -83,6 +89,8 @@ def _config(path: Path, database: str, fake: FakeOpenStack, **api: Any) -> Path:
             "broken": {"provider": "simulated", "seed": 6, "resources": 20, "hours": 2,
                        "failing_types": dict.fromkeys(RESOURCE_TYPES, "error")},
             "held": held,
+            "remote-a": {"provider": "simulated", "seed": 7, "resources": 20, "hours": 2},
+            "remote-b": {"provider": "simulated", "seed": 8, "resources": 20, "hours": 2},
         },
         **({"api": api} if api else {}),
     }))
@@ -243,3 +251,59 @@ def test_a_server_stopping_mid_sync_records_the_run_failed_and_frees_the_cloud(
                 restarted = api.post("held", wait=60)  # not 409: the cloud was freed
                 assert restarted.status_code == 200 and restarted.json()["status"] == "succeeded"
                 assert api.get(answer.headers["location"]).json()["status"] == "failed"
+
+
+# --- tally sync-remote: what the CronJob runs ---------------------------------------------------------------
+
+
+def _sync_remote(api: SyncApi, config: Path, *args: str) -> Any:
+    return CliRunner().invoke(main, ["sync-remote", "--config", str(config), "--api-url", api.server.url, *args],
+                              env={"TALLY_SYNC_TOKEN": ADMIN}, catch_exceptions=False)
+
+
+def test_sync_remote_runs_every_configured_cloud_to_its_end(api: SyncApi, tmp_path: Path) -> None:
+    config = tmp_path / "remote.yaml"  # the CronJob's config lists the clouds to reconcile
+    config.write_text(yaml.safe_dump({"clouds": {name: {"provider": "simulated", "seed": 1}
+                                                 for name in ("remote-a", "remote-b")}}))
+    done = _sync_remote(api, config, "--key", "tally-sync-29000000", "--json")
+    assert done.exit_code == 0, done.output
+    runs = [json.loads(line) for line in done.stdout.splitlines()]
+    assert [(r["cloud"], r["status"], r["joined"]) for r in runs] == [("remote-a", "succeeded", False),
+                                                                      ("remote-b", "succeeded", False)]
+    assert all(r["created"] > 0 for r in runs)
+    again = _sync_remote(api, config, "--key", "tally-sync-29000000", "--json")  # the Job's pod, restarted
+    assert [json.loads(line)["run_id"] for line in again.stdout.splitlines()] == [r["run_id"] for r in runs]
+    assert [len(api.rows(cloud)) for cloud in ("remote-a", "remote-b")] == [1, 1]
+
+    failed = _sync_remote(api, config, "--cloud", "broken")
+    assert failed.exit_code == 1 and failed.stdout.startswith("broken: failed, run ")
+    unknown = _sync_remote(api, config, "--cloud", "nowhere")
+    assert unknown.exit_code == 1 and "404 unknown_cloud" in unknown.output
+
+
+def test_sync_remote_follows_a_run_already_going_instead_of_failing(api: SyncApi, tmp_path: Path) -> None:
+    config = tmp_path / "remote.yaml"
+    config.write_text(yaml.safe_dump({"clouds": {"held": {"provider": "simulated"}}}))
+    api.fake.clear_requests()
+    api.fake.inject("volume", "timeout")
+    follower = None
+    try:
+        started = api.post("held")  # someone else's run (a Dagster schedule's, an operator's)
+        assert started.status_code == 202
+        _hanging(api.fake)
+        follower = subprocess.Popen(
+            [sys.executable, "-m", "tally_pipeline", "sync-remote", "--config", str(config), "--api-url", api.server.url,
+             "--json"], env={**os.environ, "TALLY_SYNC_TOKEN": ADMIN}, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+            text=True)
+        assert follower.stderr is not None
+        said = follower.stderr.readline()  # blocks until the command has had its answer
+        assert said == f"held: run {started.json()['run_id']} was already going: following it\n", said
+    finally:
+        api.fake.clear_faults()
+    assert follower is not None
+    out, err = follower.communicate(timeout=120)
+    assert follower.returncode == 0, (out, err)
+    [outcome] = [json.loads(line) for line in out.splitlines()]
+    assert outcome["run_id"] == started.json()["run_id"] and outcome["joined"] is True
+    assert outcome["status"] == "succeeded"
+    assert [r[0] for r in api.rows("held")][-1] == started.json()["run_id"]

@@ -26,6 +26,7 @@ import yaml
 from tally_pipeline.api.auth import TokenBook
 from tally_pipeline.cli import main as tally_main
 from tally_pipeline.config import load_config
+from tally_pipeline_tests.kustomize import render
 
 ROOT = Path(__file__).resolve().parents[1]
 DEPLOY = ROOT / "deploy"
@@ -42,7 +43,8 @@ def _compose() -> dict[str, Any]:
 
 
 def _k8s() -> list[dict[str, Any]]:
-    return _yaml(DEPLOY / "k8s" / "api.yaml")
+    """The Kubernetes objects of the prod overlay, rendered (test_deploy_kustomize.py checks the layout)."""
+    return render(DEPLOY / "k8s" / "overlays" / "prod")
 
 
 def _commands() -> list[list[str]]:
@@ -51,6 +53,8 @@ def _commands() -> list[list[str]]:
     for doc in _k8s():
         if doc["kind"] == "Deployment":
             found += [c["command"] for c in doc["spec"]["template"]["spec"]["containers"]]
+        if doc["kind"] == "CronJob":
+            found += [c["command"] for c in doc["spec"]["jobTemplate"]["spec"]["template"]["spec"]["containers"]]
     docker_cmd = re.search(r"^CMD (\[.*\])$", (DEPLOY / "Dockerfile").read_text(), re.M)
     assert docker_cmd, "the Dockerfile has a CMD"
     found.append(yaml.safe_load(docker_cmd.group(1)))
@@ -67,7 +71,7 @@ def test_every_yaml_file_parses(path: str) -> None:
 
 def test_tally_commands_exist_with_their_options() -> None:
     tally = [c for c in _commands() if c[0] == "tally"]
-    assert {tuple(c[:2]) for c in tally} == {("tally", "serve"), ("tally", "db")}
+    assert {tuple(c[:2]) for c in tally} == {("tally", "serve"), ("tally", "db"), ("tally", "sync-remote")}
     for command in tally:
         ctx = click.Context(tally_main)
         cmd: click.Command = tally_main

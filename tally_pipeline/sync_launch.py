@@ -132,8 +132,14 @@ class SyncLauncher:
         """Reserve and hand over a run of ``cloud``; a replayed key hands nothing over again.
 
         A run the executor refuses is recorded failed with the reason (the caller reads it in the run).
+        A cloud held by a run that will never record its end (see ``run``) is freed, not refused.
         """
-        started = reserve(self.store, cloud, key=key, executor=self.executor.name)
+        try:
+            started = reserve(self.store, cloud, key=key, executor=self.executor.name)
+        except SyncInProgress as busy:
+            if busy.run_id is None or not self._settled(busy.run_id):
+                raise
+            started = reserve(self.store, cloud, key=key, executor=self.executor.name)
         if started.replayed:
             return started
         try:
@@ -159,6 +165,11 @@ class SyncLauncher:
         if row["status"] == "running" and self._settle(row, request):
             row = sync_runs.run_row(self.store, run_id) or row
         return public_row(row, request)
+
+    def _settled(self, run_id: str) -> bool:
+        """Whether the run holding a cloud turned out to be one that will never end by itself, now recorded failed."""
+        row = sync_runs.run_row(self.store, run_id)
+        return row is not None and row["status"] == "running" and self._settle(row, sync_requests.request_of(self.store, run_id))
 
     def _settle(self, row: dict[str, Any], request: SyncRequest | None) -> bool:
         now = _now()

@@ -80,13 +80,13 @@ def test_a_sync_requested_from_the_api_runs_as_a_dagster_run(tmp_path: Path, pg_
             assert row["status"] == "succeeded" and row["created"] > 0, row
             assert row["run_key"] == f"api:{run_id}" and row["dagster_run_id"]
 
-            def dagster_run() -> dict[str, Any] | None:
+            def dagster_run(dagster_run_id: str) -> dict[str, Any] | None:
                 found = http.post(f"http://127.0.0.1:{web_port}/graphql",
-                                  json={"query": RUN, "variables": {"id": row["dagster_run_id"]}}).json()
+                                  json={"query": RUN, "variables": {"id": dagster_run_id}}).json()
                 run = found["data"]["runOrError"]
                 return run if run["status"] in ("SUCCESS", "FAILURE", "CANCELED") else None
 
-            run = wait_until(dagster_run, "the Dagster run to end after its sync", timeout=120)
+            run = wait_until(lambda: dagster_run(row["dagster_run_id"]), "the Dagster run to end", timeout=120)
             tags = {t["key"]: t["value"] for t in run["tags"]}
             assert run["status"] == "SUCCESS" and run["jobName"] == "reconciliation"
             assert tags["tally/sync_run_id"] == run_id and tags["dagster/partition"] == "east"
@@ -95,12 +95,16 @@ def test_a_sync_requested_from_the_api_runs_as_a_dagster_run(tmp_path: Path, pg_
 
             ghost = http.post(f"{api.url}/internal/sync/ghost", headers=HEADERS)
             assert ghost.status_code == 202, ghost.text
-            failed = wait_until(lambda: finished(ghost.headers["location"]), "the ghost cloud's run", timeout=300)
-            assert failed["status"] == "failed", failed
-            assert failed["error"] == (f"its Dagster run {failed['dagster_run_id']} ended FAILURE without recording "
-                                       "the sync's end")
+            ghost_run = ghost.json()["dagster_run_id"]
+            assert wait_until(lambda: dagster_run(ghost_run), "the ghost cloud's Dagster run", timeout=300)["status"] \
+                == "FAILURE"
+            # Nobody read the run since: the next request finds the cloud held by a run that will never
+            # end by itself, records it failed and starts a new one instead of answering 409.
             again = http.post(f"{api.url}/internal/sync/ghost", headers=HEADERS)
-            assert again.status_code == 202  # the failed run freed the cloud
+            assert again.status_code == 202 and again.json()["run_id"] != ghost.json()["run_id"], again.text
+            failed = http.get(f"{api.url}{ghost.headers['location']}", headers=HEADERS).json()
+            assert failed["status"] == "failed", failed
+            assert failed["error"] == f"its Dagster run {ghost_run} ended FAILURE without recording the sync's end"
     finally:
         daemon.stop()
         web.stop()

@@ -76,7 +76,11 @@ class TallyDatabase(dg.ConfigurableResource):
         (``run_id``: a run the API reserved and asked Dagster to execute)."""
         from tally_pipeline.sync import run_sync
 
+        from tally_pipeline.store.sync_runs import run_row
+
         rt = self._rt()
+        if run_id is not None and (run_row(rt.store, run_id) or {}).get("status") != "running":
+            run_id = None  # a re-execution of a finished run (its tags copied): a sync of its own, not a rewrite
         settings = rt.config.reconciliation
         return run_sync(rt.store, rt.ingestor, cloud, adapter, settle_window=settings.settle_window,
                         mass_delete_guard=settings.mass_delete_guard, now=now, run_key=run_key, run_id=run_id)

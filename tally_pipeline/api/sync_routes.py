@@ -53,7 +53,10 @@ def build_launcher(ctx: ApiContext) -> SyncLauncher:
 
         return runtime.sync(cloud, run_id=run_id, run_key=run_key_of(run_id))
 
-    executor = LocalExecutor(run, ctx.store, workers=settings.api.sync_workers, grace=settings.api.sync_shutdown_grace)
+    # An embedded DuckDB file takes one writer: its syncs run one at a time (two at once in one process
+    # have also failed inside DuckDB's Python client, "python_arrow_scan does not exist").
+    workers = settings.api.sync_workers if ctx.store.parallel_writes else 1
+    executor = LocalExecutor(run, ctx.store, workers=workers, grace=settings.api.sync_shutdown_grace)
     return SyncLauncher(ctx.store, executor)
 
 

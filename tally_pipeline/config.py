@@ -183,6 +183,29 @@ class ApiSettings(_Strict):
     body_timeout: float = Field(default=60.0, gt=0, description="seconds from the end of the headers to the end of the declared body")
     keep_alive_timeout: int = Field(default=5, ge=1, description="seconds an idle connection is kept between requests")
     max_connections: int | None = Field(default=1000, ge=1, description="beyond this many open connections a request is answered 503")
+    sync_workers: int = Field(default=2, ge=1, le=64, description="syncs one API process runs at a time (POST /internal/sync/{cloud}); 1 on DuckDB")
+    sync_shutdown_grace: float = Field(
+        default=10.0, ge=0, description="seconds a stopping API process waits for its running syncs before recording them failed")
+
+
+class DagsterSettings(_Strict):
+    """A Dagster webserver that runs the syncs the API is asked for, as runs of the reconciliation job."""
+
+    url: str = Field(description="the webserver's address, e.g. http://dagster-webserver:3000 (GraphQL is at /graphql)")
+    location: str | None = Field(default=None, description="code location name; default: the one holding the job")
+    repository: str | None = Field(default=None, description="repository name; default: the one holding the job")
+    job: str = Field(default="reconciliation", min_length=1)
+    timeout: float = Field(default=30.0, gt=0, description="seconds per GraphQL call")
+
+    @field_validator("url")
+    @classmethod
+    def _http_url(cls, value: str) -> str:
+        from urllib.parse import urlsplit
+
+        parts = urlsplit(value)
+        if parts.scheme not in ("http", "https") or not parts.hostname or parts.query or parts.fragment:
+            raise ValueError("must be an http:// or https:// address of the Dagster webserver, e.g. http://dagster:3000")
+        return value
 
 
 _NAME = r"^[A-Za-z0-9_.-]{1,200}$"
@@ -257,6 +280,7 @@ class TallyConfig(_Strict):
     dead_letter: DeadLetterSettings = Field(default_factory=DeadLetterSettings)
     analytics: AnalyticsSettings = Field(default_factory=AnalyticsSettings)
     collector: CollectorSettings = Field(default_factory=CollectorSettings)
+    dagster: DagsterSettings | None = None  # set: POST /internal/sync/{cloud} launches Dagster runs
 
     @field_validator("database")
     @classmethod

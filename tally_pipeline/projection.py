@@ -44,9 +44,10 @@ class RefreshResult:
     full: bool
     resumed: int = 0  # of ``resources``: pending events folded onto the stored state, no history read
     refolded: int = 0  # of ``resources``: re-folded from their full history (late events), or in SQL
+    events: int | None = 0  # events folded (pending ones); None for a rebuild, which re-folds them all
 
     def as_json(self) -> dict[str, Any]:
-        return {"resources": self.resources, "resumed": self.resumed, "refolded": self.refolded,
+        return {"events": self.events, "resources": self.resources, "resumed": self.resumed, "refolded": self.refolded,
                 "watermark": self.watermark, "seconds": round(self.seconds, 4), "full": self.full}
 
 
@@ -66,25 +67,28 @@ class _Counts:
     watermark: int
     resumed: int = 0
     refolded: int = 0
+    events: int | None = 0
 
 
 def _run(store: Store, *, full: bool) -> RefreshResult:
     started = time.perf_counter()
     counts = store.with_projection_tables(lambda tables: _fold_pending(tables, full=full), full=full)
     if counts is None:  # nothing pending
-        return RefreshResult(0, read_watermark(store), time.perf_counter() - started, full)
+        return RefreshResult(0, read_watermark(store), time.perf_counter() - started, full,
+                             events=None if full else 0)
     return RefreshResult(counts.resources, counts.watermark, time.perf_counter() - started, full,
-                         counts.resumed, counts.refolded)
+                         counts.resumed, counts.refolded, counts.events)
 
 
 def _fold_pending(tables: ProjectionTables, *, full: bool) -> _Counts:
     watermark, high = tables.bounds()
     if not full and high <= watermark:
         return _Counts(0, watermark)
-    if full or tables.pending_count(watermark, high) > min(PYTHON_FOLD_MAX, tables.python_fold_max):
+    pending = None if full else tables.pending_count(watermark, high)
+    if pending is None or pending > min(PYTHON_FOLD_MAX, tables.python_fold_max):
         count = tables.fold_in_sql(watermark, high, full=full)
         tables.set_watermark(high)
-        return _Counts(count, high, refolded=count)
+        return _Counts(count, high, refolded=count, events=pending)
     pending_events = dict(fold_rows_by_resource(tables.pending_rows(watermark, high)))
     cuts: list[tuple[Key, int]] = []
     states: list[tuple] = []
@@ -109,7 +113,7 @@ def _fold_pending(tables: ProjectionTables, *, full: bool) -> _Counts:
         _add_rows(key, fold(events), 0, states, intervals)
     tables.replace(cuts, states, intervals)
     tables.set_watermark(high)
-    return _Counts(len(pending_events), high, resumed=resumed, refolded=len(late))
+    return _Counts(len(pending_events), high, resumed=resumed, refolded=len(late), events=pending)
 
 
 def _resumable(prior: StoredFold, events: list[FoldEvent]) -> FoldStart | None:

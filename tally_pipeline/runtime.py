@@ -45,23 +45,28 @@ class Runtime:
     def ingestor(self) -> Ingestor:
         return Ingestor(self.store, self.registry)
 
-    def adapter(self, cloud: str) -> Any:
-        """The platform adapter for a configured cloud (built once per runtime)."""
+    def check_cloud(self, cloud: str) -> None:
+        """Raise ``UnknownCloud`` unless ``cloud`` is configured."""
         if cloud not in self.config.clouds:
             known = ", ".join(sorted(self.config.clouds)) or "none configured"
             raise UnknownCloud(f"cloud {cloud!r} is not in the configuration's clouds ({known})")
+
+    def adapter(self, cloud: str) -> Any:
+        """The platform adapter for a configured cloud (built once per runtime)."""
+        self.check_cloud(cloud)
         if cloud not in self._adapters:
             from tally_pipeline.adapters import adapter_for
 
             self._adapters[cloud] = adapter_for(cloud, self.config.clouds[cloud])
         return self._adapters[cloud]
 
-    def sync(self, cloud: str, *, now: datetime | None = None, run_key: str | None = None) -> Any:
+    def sync(self, cloud: str, *, now: datetime | None = None, run_key: str | None = None,
+             run_id: str | None = None) -> Any:
         """One reconciliation run of a configured cloud (see ``tally_pipeline.sync.run_sync``)."""
         from tally_pipeline.sync import run_sync
 
         return run_sync(self.store, self.ingestor, cloud, self.adapter(cloud),
-                        **self.config.reconciliation.run_options(), now=now, run_key=run_key)
+                        **self.config.reconciliation.run_options(), now=now, run_key=run_key, run_id=run_id)
 
     def close(self) -> None:
         for adapter in self._adapters.values():

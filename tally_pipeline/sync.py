@@ -44,12 +44,24 @@ FIRST_RUN_LOOKBACK = timedelta(hours=24)
 MAX_ROUNDS = 3
 #: The defaults of the ``reconciliation:`` config section, for callers that pass none.
 LOCK_LEASE_S = 300.0
+#: How long a run the API reserved has to start (a queued local worker, a queued Dagster run).
+RESERVATION_LEASE = timedelta(hours=1)
 MAX_RUN_TIME_S = 1800.0
 STUCK_TRANSITION_HOURS = 24.0
 
 
+def leases_of(lock_lease: float = LOCK_LEASE_S) -> runs_sql.Leases:
+    """The lock's lifetimes: ``lock_lease`` seconds past a started run's last renewal, and
+    ``RESERVATION_LEASE`` for a run reserved but not started."""
+    return runs_sql.Leases(renewal=timedelta(seconds=lock_lease), reservation=RESERVATION_LEASE)
+
+
 class SyncInProgress(RuntimeError):
-    pass
+    """Another run holds the cloud's lock; ``run_id`` names it when known."""
+
+    def __init__(self, message: str, run_id: str | None = None):
+        super().__init__(message)
+        self.run_id = run_id
 
 
 class LockLost(RuntimeError):
@@ -141,6 +153,7 @@ class _Lease:
 
     def __init__(self, store: Store, cloud: str, run_id: str, lease: float):
         self.store, self.cloud, self.run_id, self.lease = store, cloud, run_id, lease
+        self.leases = leases_of(lease)
         self._stop = threading.Event()
         self._renewed = time.monotonic()
         self._lost: str | None = None
@@ -148,11 +161,12 @@ class _Lease:
 
     def acquire(self) -> None:
         wall = _wall()
-        if not runs_sql.acquire_lock(self.store, self.cloud, self.run_id, wall, wall - timedelta(seconds=self.lease)):
+        if not runs_sql.acquire_lock(self.store, self.cloud, self.run_id, wall, self.leases):
             holder = runs_sql.lock_holder(self.store, self.cloud)
-            detail = (f" (run {holder[0]} since {holder[1].isoformat()}, renewed {holder[2].isoformat()})"
-                      if holder else "")
-            raise SyncInProgress(f"a reconciliation of cloud {self.cloud!r} is already running{detail}")
+            renewed = f", renewed {holder[2].isoformat()}" if holder and holder[2] else ""
+            detail = f" (run {holder[0]} since {holder[1].isoformat()}{renewed})" if holder else ""
+            raise SyncInProgress(f"a reconciliation of cloud {self.cloud!r} is already running{detail}",
+                                 holder[0] if holder else None)
         self._renewed = time.monotonic()
         self._thread = threading.Thread(target=self._renew, name=f"sync-lease-{self.cloud}", daemon=True)
         self._thread.start()
@@ -220,6 +234,7 @@ def run_sync(
     stuck_transition_hours: float | None = STUCK_TRANSITION_HOURS,
     max_run_time: float | None = MAX_RUN_TIME_S,
     lock_lease: float = LOCK_LEASE_S,
+    run_id: str | None = None,
 ) -> SyncRun:
     """Reconcile one cloud; ``now`` is the run's tick (default: the wall clock).
 
@@ -230,11 +245,13 @@ def run_sync(
 
     ``stuck_transition_hours`` bounds deferral as in transition (None: no bound); ``max_run_time``
     (seconds, None: none) bounds listing and confirming; ``lock_lease`` is the lock's lease in seconds.
+    ``run_id`` is a run reserved beforehand (``sync_launch.reserve``: its lock and ``running`` row
+    exist already), which takes its reservation over; by default a new one.
     """
     wall = _wall()
     tick = to_utc(now) if now is not None else wall
     observe = clock or (lambda: tick)
-    run = SyncRun(run_id=str(uuid.uuid4()), cloud=cloud, run_key=run_key or f"manual:{tick.isoformat()}",
+    run = SyncRun(run_id=run_id or str(uuid.uuid4()), cloud=cloud, run_key=run_key or f"manual:{tick.isoformat()}",
                   poll_time=tick, started_at=wall, tick=tick)
     settings = rules.Settings(timedelta(seconds=settle_window), mass_delete_guard,
                               None if stuck_transition_hours is None else timedelta(hours=stuck_transition_hours))

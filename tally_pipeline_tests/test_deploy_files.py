@@ -26,6 +26,7 @@ import yaml
 from tally_pipeline.api.auth import TokenBook
 from tally_pipeline.cli import main as tally_main
 from tally_pipeline.config import load_config
+from tally_pipeline_tests.kustomize import render
 
 ROOT = Path(__file__).resolve().parents[1]
 DEPLOY = ROOT / "deploy"
@@ -42,11 +43,8 @@ def _compose() -> dict[str, Any]:
 
 
 def _k8s() -> list[dict[str, Any]]:
-    return _yaml(DEPLOY / "k8s" / "api.yaml")
-
-
-def _collector_k8s() -> list[dict[str, Any]]:
-    return _yaml(DEPLOY / "k8s" / "base" / "collector.yaml")
+    """The Kubernetes objects of the prod overlay, rendered (test_deploy_kustomize.py checks the layout)."""
+    return render(DEPLOY / "k8s" / "overlays" / "prod")
 
 
 def _systemd(name: str) -> dict[str, str]:
@@ -58,9 +56,11 @@ def _systemd(name: str) -> dict[str, str]:
 def _commands() -> list[list[str]]:
     """Every command line the deploy files run."""
     found = [svc["command"] for svc in _compose()["services"].values() if "command" in svc]
-    for doc in [*_k8s(), *_collector_k8s()]:
+    for doc in _k8s():
         if doc["kind"] == "Deployment":
             found += [c["command"] for c in doc["spec"]["template"]["spec"]["containers"]]
+        if doc["kind"] == "CronJob":
+            found += [c["command"] for c in doc["spec"]["jobTemplate"]["spec"]["template"]["spec"]["containers"]]
     found.append(["tally", *_systemd("tally-collector.service")["ExecStart"].split()[1:]])
     docker_cmd = re.search(r"^CMD (\[.*\])$", (DEPLOY / "Dockerfile").read_text(), re.M)
     assert docker_cmd, "the Dockerfile has a CMD"
@@ -78,7 +78,8 @@ def test_every_yaml_file_parses(path: str) -> None:
 
 def test_tally_commands_exist_with_their_options() -> None:
     tally = [c for c in _commands() if c[0] == "tally"]
-    assert {tuple(c[:2]) for c in tally} == {("tally", "serve"), ("tally", "db"), ("tally", "collect")}
+    assert {tuple(c[:2]) for c in tally} == {("tally", "serve"), ("tally", "db"), ("tally", "collect"),
+                                              ("tally", "sync-remote")}
     for command in tally:
         ctx = click.Context(tally_main)
         cmd: click.Command = tally_main
@@ -165,7 +166,7 @@ def test_ports_agree_between_listeners_and_callers() -> None:
     assert {int(port) for _, port in upstreams} == {API_PORT}
     for name in api_services:
         assert f":{API_PORT}/healthz" in " ".join(compose["services"][name]["healthcheck"]["test"])
-    deployment = next(d for d in _k8s() if d["kind"] == "Deployment")
+    deployment = next(d for d in _k8s() if d["kind"] == "Deployment" and d["metadata"]["name"] == "tally-api")
     container = deployment["spec"]["template"]["spec"]["containers"][0]
     assert container["ports"][0]["containerPort"] == API_PORT
     assert container["readinessProbe"]["httpGet"]["path"] == "/healthz"
@@ -278,7 +279,7 @@ def test_the_collector_deployments_agree_on_port_probes_secrets_and_stop_time() 
     token = command[command.index("--token-file") + 1]
     assert (DEPLOY / "tally" / Path(token).name).read_text().strip() == "change-me-collector"  # in tokens.yaml
     assert float(service["stop_grace_period"].rstrip("s")) > drain
-    deployment = next(d for d in _collector_k8s() if d["kind"] == "Deployment")
+    deployment = next(d for d in _k8s() if d["kind"] == "Deployment" and d["metadata"]["name"] == "tally-collector")
     pod = deployment["spec"]["template"]["spec"]
     [container] = pod["containers"]
     k8s_port = container["command"][container["command"].index("--metrics-port") + 1]

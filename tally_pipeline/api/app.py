@@ -19,7 +19,7 @@ from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response
 from starlette.routing import Route
 
-from tally_pipeline.api import resources
+from tally_pipeline.api import resources, sync_routes
 from tally_pipeline.api.auth import Principal
 from tally_pipeline.api.bodies import BadBody, BodyTooLarge, events_of, parse_json, raw_text, read_limited
 from tally_pipeline.api.http import (  # noqa: F401  (re-exported: tests and the server build contexts from here)
@@ -304,7 +304,8 @@ def create_app(ctx: ApiContext) -> Starlette:
         Route(f"{resource}/events", _bound(resources.resource_events, ctx), methods=["GET"]),
         Route(f"{resource}/lifecycle", _bound(resources.resource_lifecycle, ctx), methods=["GET"]),
         Route("/v1/inventory", _bound(resources.get_inventory, ctx), methods=["GET"]),
-        Route("/internal/sync/{cloud}", _bound(resources.post_sync, ctx), methods=["POST"]),
+        Route("/internal/sync/{cloud}", _bound(sync_routes.post_sync, ctx), methods=["POST"]),
+        Route("/internal/sync/{cloud}/runs/{run_id}", _bound(sync_routes.get_sync_run, ctx), methods=["GET"]),
         Route("/healthz", _bound(healthz, ctx), methods=["GET"]),
         Route("/metrics", _bound(metrics, ctx), methods=["GET"]),
     ]
@@ -317,7 +318,7 @@ def create_app(ctx: ApiContext) -> Starlette:
         UnknownCloud: _unknown_cloud,
         SyncInProgress: _sync_in_progress,
     }
-    app = Starlette(routes=routes, exception_handlers=handlers)
+    app = Starlette(routes=routes, exception_handlers=handlers, lifespan=sync_routes.lifespan(ctx))
     # Starlette answers a path with one slash too many or too few by a 307 to the same URL built from
     # the caller's Host header, before any auth check: a path either matches a route or is a 404.
     app.router.redirect_slashes = False

@@ -62,6 +62,7 @@ class ApiContext:
     metrics: ApiMetrics = field(default_factory=ApiMetrics)
     runtime: Any = None  # the Runtime, for calls that need the configuration (a sync)
     dead_letter_quota: DeadLetterQuota | None = None  # None: from the runtime's configuration (or the default)
+    syncs: Any = None  # the SyncLauncher of POST /internal/sync/{cloud}; None: built from the runtime when first used
 
     def __post_init__(self) -> None:
         if self.dead_letter_quota is None:

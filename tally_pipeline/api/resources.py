@@ -81,14 +81,3 @@ async def get_inventory(ctx: ApiContext, request: Request) -> Response:
     next_cursor = encode_cursor({"after": list(page.next_key)}) if page.next_key else None
     return JSON({"resources": page.resources, "next_cursor": next_cursor})
 
-
-async def post_sync(ctx: ApiContext, request: Request) -> Response:
-    """Run one reconciliation of a configured cloud (admin scope); 409 while another runs."""
-    require(principal_of(ctx, request), "admin")
-    cloud = request.path_params["cloud"]
-    runtime = getattr(ctx, "runtime", None)
-    if runtime is None:
-        raise ApiError(error(404, "not_found", "this API has no clouds configured"))
-    # UnknownCloud (404) and SyncInProgress (409) are answered by the app's exception handlers
-    run = await run_in_threadpool(runtime.sync, cloud)
-    return JSON(run.as_json())

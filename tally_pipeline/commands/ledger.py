@@ -10,6 +10,7 @@ import click
 
 from tally_pipeline.commands._options import group_of, with_runtime
 from tally_pipeline.core.timeutil import TimestampError, format_rfc3339, parse_rfc3339
+from tally_pipeline.redaction import redact
 from tally_pipeline.runtime import Runtime
 
 
@@ -49,6 +50,25 @@ def _echo(data: Any) -> None:
     click.echo(json.dumps(data, indent=2))
 
 
+def _fold_first(rt: Runtime, doing: str) -> dict[str, Any]:
+    """Fold the pending events, as every reader does, before the ledger reads the lifecycles; say what it folded.
+
+    Usage is read from ``resource_intervals``: without this, a poster scheduled on its own (cron, a
+    CronJob) after ``tally ingest`` would post nothing and exit 0. A fold that fails stops the command
+    before it reads anything: it never posts or verifies from a stale projection.
+    """
+    from tally_pipeline.projection import refresh
+
+    try:
+        result = refresh(rt.store)
+    except Exception as exc:  # noqa: BLE001 - whatever stopped the fold, nothing may be posted after it
+        raise click.ClickException(
+            f"cannot fold the pending events into the projection, so nothing was {doing}: "
+            f"{redact(f'{type(exc).__name__}: {exc}')}"
+        ) from None
+    return {"events": result.events, "resources": result.resources, "watermark": result.watermark}
+
+
 @click.command("post-usage")
 @click.option("--now", type=INSTANT, help="The cycle's instant (default: the current time). Clamp = now − ingest_lag. "
               "At most 5 minutes in the future.")
@@ -61,7 +81,8 @@ def post_usage_command(
 ) -> None:
     """Run one checkpoint-delta posting cycle; print its result.
 
-    Exit 1 when an entity was skipped or posted without some of its intervals; exit 2 when --now
+    Pending events are folded first (the result's ``folded``). Exit 1 when the fold fails (nothing is
+    posted), or when an entity was skipped or posted without some of its intervals; exit 2 when --now
     lies in the future.
     """
     from tally_pipeline.ledger.poster import DEFAULT_BATCH_SIZE, post_usage
@@ -73,6 +94,7 @@ def post_usage_command(
             f"tolerance {int(FUTURE_TOLERANCE.total_seconds())} s): usage that has not happened cannot be posted",
             param_hint="'--now'",
         )
+    folded = _fold_first(rt, "posted")
     result = post_usage(
         rt.store,
         rt.registry,
@@ -82,7 +104,7 @@ def post_usage_command(
         batch_size=batch_size or DEFAULT_BATCH_SIZE,
         workers=workers,
     )
-    _echo(result.to_dict(entities=list_entities))
+    _echo({"folded": folded, **result.to_dict(entities=list_entities)})
     if not result.clean:
         raise SystemExit(1)
 
@@ -91,11 +113,15 @@ def post_usage_command(
 @click.option("--ledger-only", is_flag=True, help="Ignore history changed since the last cycle; check the ledger's own sums.")
 @with_runtime
 def verify_command(rt: Runtime, ledger_only: bool) -> None:
-    """Recompute every entity's usage through its checkpoint and compare with its postings. Exit 1 on any difference."""
+    """Recompute every entity's usage through its checkpoint and compare with its postings. Exit 1 on any difference.
+
+    Pending events are folded first (the report's ``folded``); exit 1 when that fails (nothing is verified).
+    """
     from tally_pipeline.ledger.verify import verify
 
+    folded = _fold_first(rt, "verified")
     report = verify(rt.store, rt.registry, include_history=not ledger_only)
-    _echo(report.to_dict())
+    _echo({"folded": folded, **report.to_dict()})
     if not report.ok:
         raise SystemExit(1)
 

@@ -65,6 +65,50 @@ def sync_runs(rt: Runtime, cloud: str | None, limit: int) -> None:
     click.echo(json.dumps(latest(rt.store, cloud=cloud, limit=limit), indent=2, default=_default))
 
 
+@click.command("sync-remote")
+@click.option("--api-url", envvar="TALLY_API_URL", required=True,
+              help="The tally API's base URL, e.g. http://tally-api (default: $TALLY_API_URL).")
+@click.option("--cloud", "clouds", multiple=True, help="A cloud to reconcile (repeatable). Default: every configured cloud.")
+@click.option("--token", envvar="TALLY_SYNC_TOKEN", help="A bearer token with the admin scope (default: $TALLY_SYNC_TOKEN).")
+@click.option("--key", envvar="TALLY_SYNC_KEY",
+              help="Idempotency key of this invocation (each cloud's request sends KEY:CLOUD), e.g. the Job's name: "
+                   "a retry with the same key follows the runs the first started (default: $TALLY_SYNC_KEY; none).")
+@click.option("--timeout", type=click.FloatRange(min=1), default=3600.0, show_default=True,
+              help="Seconds to wait for every run to end; a run still going then counts as failed.")
+@click.option("--json", "as_json", is_flag=True, help="Print each cloud's run as JSON.")
+@with_runtime
+def sync_remote(rt: Runtime, api_url: str, clouds: tuple[str, ...], token: str | None, key: str | None,
+                timeout: float, as_json: bool) -> None:
+    """Ask a running tally API to reconcile clouds, and follow each run to its end.
+
+    One POST /internal/sync/{cloud} per cloud (a run already going is followed instead), then each
+    run is read until it ends. Progress goes to stderr as it happens; each cloud's outcome to stdout.
+    Exit 1 when a run failed, could not be started, or did not end in time.
+    """
+    import time
+
+    from tally_pipeline.sync_client import SyncClient
+
+    names = list(clouds) or sorted(rt.config.clouds)
+    if not names:
+        raise click.UsageError("no clouds: give --cloud, or a config file that lists clouds")
+    with SyncClient(api_url, token, progress=lambda line: click.echo(line, err=True)) as client:
+        runs = client.run_all(names, key=key, deadline=time.monotonic() + timeout)
+    for run in runs:
+        if as_json:
+            click.echo(json.dumps(run.summary()))
+            continue
+        outcome = run.summary()
+        counts = ", ".join(f"{k} {outcome[k]}" for k in ("created", "updated", "deleted", "recovered", "deferred")
+                           if outcome[k] is not None)
+        joined = " (already running: followed)" if run.joined else ""
+        click.echo(f"{run.cloud}: {run.status}{joined}, run {run.run_id or '-'}" + (f": {counts}" if counts else "")
+                   + (f"; {outcome['error']}" if outcome["error"] else ""))
+    if any(run.failed for run in runs):
+        raise SystemExit(1)
+
+
 def register(main: click.Group) -> None:
     main.add_command(sync)
     main.add_command(sync_runs)
+    main.add_command(sync_remote)

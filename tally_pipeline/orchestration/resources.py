@@ -71,13 +71,18 @@ class TallyDatabase(dg.ConfigurableResource):
         """Fold the events stored since the last refresh into the projection tables."""
         return projection.refresh(self._rt().store)
 
-    def sync(self, cloud: str, adapter: Any, *, now: datetime, run_key: str) -> Any:
-        """One reconciliation run of ``cloud`` against its platform ``adapter``, with the configured settings."""
+    def sync(self, cloud: str, adapter: Any, *, now: datetime, run_key: str, run_id: str | None = None) -> Any:
+        """One reconciliation run of ``cloud`` against its platform ``adapter``, with the configured settings
+        (``run_id``: a run the API reserved and asked Dagster to execute)."""
         from tally_pipeline.sync import run_sync
 
+        from tally_pipeline.store.sync_runs import run_row
+
         rt = self._rt()
+        if run_id is not None and (run_row(rt.store, run_id) or {}).get("status") != "running":
+            run_id = None  # a re-execution of a finished run (its tags copied): a sync of its own, not a rewrite
         return run_sync(rt.store, rt.ingestor, cloud, adapter, **rt.config.reconciliation.run_options(), now=now,
-                        run_key=run_key)
+                        run_key=run_key, run_id=run_id)
 
     def recompute_usage_daily(self, first: date, last: date, *, through: datetime) -> Any:
         from tally_pipeline.ledger.daily import recompute_usage_daily

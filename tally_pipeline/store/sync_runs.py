@@ -4,7 +4,8 @@ rows a diff reads. Plain SQL meaning the same in both dialects, except where not
 from __future__ import annotations
 
 from collections.abc import Sequence
-from datetime import datetime
+from dataclasses import dataclass
+from datetime import datetime, timedelta
 from typing import Any
 
 from tally_pipeline.store.base import Store, UnitOfWork
@@ -33,17 +34,79 @@ def projection_rows(store: Store, cloud: str) -> list[tuple[Any, ...]]:
     )
 
 
-def acquire_lock(store: Store, cloud: str, run_id: str, wall: datetime, expired_before: datetime) -> bool:
-    """Take the cloud's lock (dropping a lease last renewed before ``expired_before``); False when
-    another run holds it."""
+#: The error of a run whose lock lease ran out while its row still said ``running``.
+ABANDONED = ("abandoned: the run's lock lease expired before it recorded its end "
+             "(its process stopped, or lost the database, while it ran)")
+
+
+@dataclass(frozen=True)
+class Leases:
+    """How long a cloud's lock lives. A *started* run's lock (``renewed_at`` set) lives ``renewal``
+    past its last renewal: the run renews it while it lives. A *reserved* run's lock (taken by the
+    API before the run starts, ``renewed_at`` null) lives ``reservation`` past its taking: the time a
+    queued run has to start."""
+
+    renewal: timedelta
+    reservation: timedelta
+
+    def expired(self, at: datetime, alias: str = "") -> tuple[str, tuple[datetime, datetime]]:
+        """A SQL condition true for a lock expired at ``at``, and its parameters."""
+        a = f"{alias}." if alias else ""
+        return (f"(CASE WHEN {a}renewed_at IS NULL THEN {a}acquired_at < %s ELSE {a}renewed_at < %s END)",
+                (at - self.reservation, at - self.renewal))
+
+
+def take_lock(uow: UnitOfWork, cloud: str, run_id: str, wall: datetime, leases: Leases, *, start: bool) -> bool:
+    """Take the cloud's lock for ``run_id``; False when another run holds it.
+
+    ``start``: the run starts now (its lease runs from ``wall``, renewed as it goes); a run the API
+    reserved, starting, takes over the lock it holds already. Without it the lock is a reservation.
+    An expired lock is dropped first, and its run, if its row still says ``running``, is recorded as
+    failed (``ABANDONED``): it will never record its end itself.
+    """
+    expired, cuts = leases.expired(wall)
+    uow.execute(
+        "UPDATE sync_runs SET status = 'failed', finished_at = %s, error = %s WHERE status = 'running' "
+        f"AND run_id IN (SELECT run_id FROM sync_locks WHERE cloud = %s AND {expired})",
+        (wall, ABANDONED, cloud, *cuts),
+    )
+    uow.execute(f"DELETE FROM sync_locks WHERE cloud = %s AND {expired}", (cloud, *cuts))
+    got = uow.fetchall(
+        "INSERT INTO sync_locks (cloud, run_id, acquired_at, renewed_at) VALUES (%s, %s, %s, %s) "
+        "ON CONFLICT (cloud) DO UPDATE SET renewed_at = excluded.renewed_at "
+        "WHERE sync_locks.run_id = excluded.run_id RETURNING run_id",
+        (cloud, run_id, wall, wall if start else None),
+    )
+    return bool(got)
+
+
+def acquire_lock(store: Store, cloud: str, run_id: str, wall: datetime, leases: Leases) -> bool:
+    """Take the cloud's lock for a run starting now (see ``take_lock``); False when another run holds it."""
+    return store.run(lambda uow: take_lock(uow, cloud, run_id, wall, leases, start=True))
+
+
+def insert_run(uow: UnitOfWork, run: dict[str, Any]) -> None:
+    """Write a new run's row (in ``RUN_COLUMNS`` order) in ``uow``: a run reserved before it starts."""
+    uow.execute(f"INSERT INTO sync_runs ({', '.join(RUN_COLUMNS)}) VALUES ({', '.join(['%s'] * len(RUN_COLUMNS))})",
+                tuple(run[c] for c in RUN_COLUMNS))
+
+
+def run_row(store: Store, run_id: str) -> dict[str, Any] | None:
+    """One run's row as column → value; None for an unknown run."""
+    rows = store.query(f"SELECT {', '.join(RUN_COLUMNS)} FROM sync_runs WHERE run_id = %s", [run_id])
+    return dict(zip(RUN_COLUMNS, rows[0])) if rows else None
+
+
+def abandon(store: Store, cloud: str, run_id: str, error: str, at: datetime) -> bool:
+    """Record a run that will not record its own end as failed with ``error``, and free its cloud's lock
+    if it holds it. False when the row no longer said ``running`` (the run ended by itself)."""
     def work(uow: UnitOfWork) -> bool:
-        uow.execute("DELETE FROM sync_locks WHERE cloud = %s AND coalesce(renewed_at, acquired_at) < %s",
-                    (cloud, expired_before))
         got = uow.fetchall(
-            "INSERT INTO sync_locks (cloud, run_id, acquired_at, renewed_at) VALUES (%s, %s, %s, %s) "
-            "ON CONFLICT (cloud) DO NOTHING RETURNING run_id",
-            (cloud, run_id, wall, wall),
+            "UPDATE sync_runs SET status = 'failed', finished_at = %s, error = %s "
+            "WHERE run_id = %s AND status = 'running' RETURNING run_id",
+            (at, error[:2000], run_id),
         )
+        uow.execute("DELETE FROM sync_locks WHERE cloud = %s AND run_id = %s", (cloud, run_id))
         return bool(got)
 
     return store.run(work)
@@ -56,11 +119,33 @@ def renew_lock(store: Store, cloud: str, run_id: str, wall: datetime) -> bool:
         (wall, cloud, run_id))))
 
 
-def lock_holder(store: Store, cloud: str) -> tuple[str, datetime, datetime] | None:
-    """``(run_id, acquired_at, renewed_at)`` of the run holding the cloud's lock, if any."""
-    rows = store.query("SELECT run_id, acquired_at, coalesce(renewed_at, acquired_at) FROM sync_locks "
-                       "WHERE cloud = %s", [cloud])
+def settle_orphan(store: Store, run_id: str, at: datetime, leases: Leases) -> bool:
+    """Record a ``running`` run that no longer holds a live lease on its cloud as failed (``ABANDONED``).
+
+    A run holds its cloud's lock from before its row says ``running`` until after its row says how
+    it ended; a ``running`` row without it belongs to a run whose process stopped. True when settled.
+    """
+    expired, cuts = leases.expired(at, "l")
+    got = store.run(lambda uow: uow.fetchall(
+        "UPDATE sync_runs SET status = 'failed', finished_at = %s, error = %s "
+        "WHERE run_id = %s AND status = 'running' AND NOT EXISTS (SELECT 1 FROM sync_locks l "
+        f"WHERE l.cloud = sync_runs.cloud AND l.run_id = sync_runs.run_id AND NOT {expired}) RETURNING run_id",
+        (at, ABANDONED, run_id, *cuts),
+    ))
+    return bool(got)
+
+
+def lock_holder(store: Store, cloud: str) -> tuple[str, datetime, datetime | None] | None:
+    """``(run_id, acquired_at, renewed_at)`` of the run holding the cloud's lock, if any (``renewed_at``
+    None: reserved, not started)."""
+    rows = store.query("SELECT run_id, acquired_at, renewed_at FROM sync_locks WHERE cloud = %s", [cloud])
     return (rows[0][0], rows[0][1], rows[0][2]) if rows else None
+
+
+def lock_holder_in(uow: UnitOfWork, cloud: str) -> str | None:
+    """The run holding the cloud's lock, read in ``uow``."""
+    rows = uow.fetchall("SELECT run_id FROM sync_locks WHERE cloud = %s", (cloud,))
+    return rows[0][0] if rows else None
 
 
 def release_lock(store: Store, cloud: str, run_id: str) -> None:

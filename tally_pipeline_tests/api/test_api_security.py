@@ -121,8 +121,9 @@ CALLERS: dict[str, dict[str, str]] = {
 }
 
 
-def _requests(n: int) -> dict[tuple[str, str], Callable[[], tuple[str, dict[str, Any]]]]:
-    """One concrete request per operation of the app, for events of cloud c1 numbered from ``n``."""
+def _requests(n: int, run_id: str = "no-run") -> dict[tuple[str, str], Callable[[], tuple[str, dict[str, Any]]]]:
+    """One concrete request per operation of the app, for events of cloud c1 numbered from ``n``
+    (``run_id``: a finished sync run of the simulated cloud)."""
     return {
         ("/v1/events", "POST"): lambda: ("/v1/events", {"json": {"events": [volume_event(n)]}}),
         ("/v1/event", "POST"): lambda: ("/v1/event", {"json": volume_event(n)}),
@@ -134,6 +135,7 @@ def _requests(n: int) -> dict[tuple[str, str], Callable[[], tuple[str, dict[str,
             lambda: ("/v1/resources/c1/volume/vol-seed/lifecycle", {}),
         ("/v1/inventory", "GET"): lambda: ("/v1/inventory", {}),
         ("/internal/sync/{cloud}", "POST"): lambda: (f"/internal/sync/{SIM_CLOUD}", {}),
+        ("/internal/sync/{cloud}/runs/{run_id}", "GET"): lambda: (f"/internal/sync/{SIM_CLOUD}/runs/{run_id}", {}),
         ("/healthz", "GET"): lambda: ("/healthz", {}),
         ("/metrics", "GET"): lambda: ("/metrics", {}),
     }
@@ -151,7 +153,8 @@ def _expected(path: str, method: str, caller: str) -> int:
         if not any(g.startswith("ingest:") for g in granted):
             return 403
         return 201 if path == "/v1/event" else 200
-    return 200 if any(set(alternative) <= granted for alternative in scopes) else 403
+    allowed = 202 if (path, method) == ("/internal/sync/{cloud}", "POST") else 200  # a sync is started, not run
+    return allowed if any(set(alternative) <= granted for alternative in scopes) else 403
 
 
 def test_every_route_answers_every_caller_as_its_scopes_say() -> None:
@@ -160,6 +163,7 @@ def test_every_route_answers_every_caller_as_its_scopes_say() -> None:
         store_seed = api.ctx.ingestor.ingest([volume_event(0, resource_id="vol-seed", event_id="seed")], origin="t")
         assert store_seed.stored == 1
         api.ctx.ingestor.dead_letter([RejectedRow("invalid_json", "invalid_json: seed", "t", "{")])  # row 1
+        run_id = api.ctx.runtime.sync(SIM_CLOUD).run_id  # a finished run to read
         client = TestClient(api.app)
         operations = app_operations(api.app)
         assert set(_requests(0)) == operations, "a route without a request in this test"
@@ -167,7 +171,7 @@ def test_every_route_answers_every_caller_as_its_scopes_say() -> None:
         for (path, method) in sorted(operations):
             for caller, headers in CALLERS.items():
                 n += 1
-                url, kwargs = _requests(n)[(path, method)]()
+                url, kwargs = _requests(n, run_id)[(path, method)]()
                 response = client.request(method, url, headers=headers, **kwargs)
                 expected = _expected(path, method, caller)
                 if caller == "ingest:other" and path == "/v1/event":

@@ -146,16 +146,27 @@ def test_every_documented_answer_is_produced_and_matches_the_spec(store: Store, 
     call(client, "GET", "/v1/inventory", 401)
     call(client, "GET", "/v1/inventory", 403, headers=admin)
     call(down, "GET", "/v1/inventory", 503, headers=reader)
-    # POST /internal/sync/{cloud}
-    run = call(client, "POST", f"/internal/sync/{SIM_CLOUD}", 200, headers=admin)
+    # POST /internal/sync/{cloud}, GET /internal/sync/{cloud}/runs/{run_id}
+    started = call(client, "POST", f"/internal/sync/{SIM_CLOUD}", 202, headers=admin)
+    runs = f"/internal/sync/{SIM_CLOUD}/runs"
+    run = call(client, "GET", f"{runs}/{started['run_id']}?wait=60", 200, headers=admin)
     assert run["status"] in ("succeeded", "partial") and run["cloud"] == SIM_CLOUD
+    run = call(client, "POST", f"/internal/sync/{SIM_CLOUD}?wait=60", 200, headers={**admin, "Idempotency-Key": "k-1"})
+    assert run["status"] in ("succeeded", "partial")
+    call(client, "POST", f"/internal/sync/{SIM_CLOUD}?wait=61", 400, headers=admin)
+    call(client, "POST", f"/internal/sync/{SIM_CLOUD}", 400, headers={**admin, "Idempotency-Key": "k" * 256})
     store.run(lambda uow: uow.execute("INSERT INTO sync_locks (cloud, run_id, acquired_at) VALUES (%s, %s, %s)",
                                       (SIM_CLOUD, "held-by-test", datetime.now(UTC))))
-    call(client, "POST", f"/internal/sync/{SIM_CLOUD}", 409, headers=admin)
+    assert call(client, "POST", f"/internal/sync/{SIM_CLOUD}", 409, headers=admin)["run_id"] == "held-by-test"
     call(client, "POST", "/internal/sync/elsewhere", 404, headers=admin)
     call(client, "POST", f"/internal/sync/{SIM_CLOUD}", 401)
     call(client, "POST", f"/internal/sync/{SIM_CLOUD}", 403, headers=reader)
     call(down, "POST", f"/internal/sync/{SIM_CLOUD}", 503, headers=admin)
+    call(client, "GET", f"{runs}/{run['run_id']}?wait=x", 400, headers=admin)
+    call(client, "GET", f"{runs}/no-such-run", 404, headers=admin)
+    call(client, "GET", f"{runs}/{run['run_id']}", 401)
+    call(client, "GET", f"{runs}/{run['run_id']}", 403, headers=reader)
+    call(down, "GET", f"{runs}/{run['run_id']}", 503, headers=admin)
     # operations
     call(client, "GET", "/healthz", 200)
     call(down, "GET", "/healthz", 503)

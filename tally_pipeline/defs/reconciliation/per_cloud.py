@@ -16,7 +16,7 @@ from tally_pipeline.orchestration import location
 from tally_pipeline.orchestration.metadata import md_table
 from tally_pipeline.orchestration.partitions import cloud_partitions
 from tally_pipeline.orchestration.resources import AdapterSource, Clock, TallyStore
-from tally_pipeline.orchestration.tags import CLOUD, POLL_TIME, POOL, RUN_KEY
+from tally_pipeline.orchestration.tags import CLOUD, POLL_TIME, POOL, RUN_KEY, SYNC_RUN_ID
 
 
 @dg.definitions
@@ -73,9 +73,12 @@ def reconciliation_defs(clouds: list[str]) -> dg.Definitions:
             context.instance.add_run_tags(context.run.run_id, {CLOUD: context.partition_keys[0]})
         watermark = store.projection_watermark()
         events = store.event_count()
+        reserved = tags.get(SYNC_RUN_ID)  # POST /internal/sync/{cloud} reserved this run, then launched this job
+        if reserved and len(context.partition_keys) != 1:
+            raise dg.Failure(f"run tag {SYNC_RUN_ID} names one sync, for one cloud partition")
         for cloud in context.partition_keys:
             try:
-                run = store.sync(cloud, adapters.adapter(cloud), now=poll_time, run_key=run_key)
+                run = store.sync(cloud, adapters.adapter(cloud), now=poll_time, run_key=run_key, run_id=reserved)
             except SyncInProgress as exc:
                 raise dg.Failure(str(exc)) from exc
             log = context.log.warning if run.status != "succeeded" else context.log.info

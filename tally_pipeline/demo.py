@@ -181,7 +181,7 @@ def _tenant_sample(sim: Simulation, registry: SizeSchemaRegistry, main: Any, pla
 
 def run_demo(s: DemoSettings, *, progress: Callable[[int, int], None] | None = None) -> DemoRun:
     from tally_pipeline.definitions import build_definitions
-    from tally_pipeline.ledger.poster import post_usage
+    from tally_pipeline.services.ledger.poster import post_usage
 
     directory = s.directory or Path(tempfile.mkdtemp(prefix="tally-demo-"))
     directory.mkdir(parents=True, exist_ok=True)
@@ -233,7 +233,7 @@ def run_demo(s: DemoSettings, *, progress: Callable[[int, int], None] | None = N
         clock.value = now
         execute(hourly, "projection+audit+posting", tags={NOW: format_rfc3339(now)})
         with plain.store.session():
-            from tally_pipeline import projection
+            from tally_pipeline.services import projection
 
             projection.refresh(plain.store)
             post_usage(plain.store, plain.registry, now=now, ingest_lag=s.ingest_lag, window_days=35)

@@ -9,7 +9,7 @@ from functools import cached_property
 
 from tally_pipeline.config import TallyConfig, load_config
 from tally_pipeline.core.registry import SizeSchemaRegistry
-from tally_pipeline.ingest import Ingestor
+from tally_pipeline.services.ingest import Ingestor
 from tally_pipeline.schemas import default_registry, load_registry
 from tally_pipeline.store import Store, open_store
 
@@ -62,8 +62,8 @@ class Runtime:
 
     def sync(self, cloud: str, *, now: datetime | None = None, run_key: str | None = None,
              run_id: str | None = None) -> Any:
-        """One reconciliation run of a configured cloud (see ``tally_pipeline.sync.run_sync``)."""
-        from tally_pipeline.sync import run_sync
+        """One reconciliation run of a configured cloud (see ``tally_pipeline.services.reconciliation.run_sync``)."""
+        from tally_pipeline.services.reconciliation import run_sync
 
         return run_sync(self.store, self.ingestor, cloud, self.adapter(cloud),
                         **self.config.reconciliation.run_options(), now=now, run_key=run_key, run_id=run_id)

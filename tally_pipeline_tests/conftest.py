@@ -10,7 +10,7 @@ from collections.abc import Iterator
 import psycopg
 import pytest
 
-from tally_pipeline.ingest import Ingestor
+from tally_pipeline.services.ingest import Ingestor
 from tally_pipeline.schemas import default_registry
 from tally_pipeline.store import Store, open_store
 

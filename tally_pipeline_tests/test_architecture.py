@@ -139,3 +139,48 @@ def test_each_backend_is_a_package_of_the_same_parts() -> None:
     parts = {backend: sorted(p.stem for p in (PACKAGE / "store" / backend).glob("*.py"))
              for backend in ("duckdb", "postgres")}
     assert {"store", "projection", "fold", "usage_sql"} <= set(parts["duckdb"]) & set(parts["postgres"])
+
+
+#: The layers, lowest first: a module may import its own layer and the layers below it, never above.
+#: ``redaction`` and ``config`` are root modules every layer may need; the entry points and the
+#: Dagster wiring share the top layer (their imports among themselves are held acyclic above).
+LAYERS: tuple[frozenset[str], ...] = (
+    frozenset({"core", "redaction"}),
+    frozenset({"store", "sim", "schemas", "collector", "config"}),
+    frozenset({"adapters", "fakes"}),
+    frozenset({"services"}),
+    frozenset({"runtime", "api", "commands", "orchestration", "defs", "bench", "demo", "demo_report",
+               "definitions", "cli", "__main__"}),
+)
+
+
+def _layer_of(module: str) -> int:
+    parts = module.split(".")
+    if len(parts) == 1:  # the package's own __init__ (its version)
+        return 0
+    top = parts[1]
+    for rank, members in enumerate(LAYERS):
+        if top in members:
+            return rank
+    raise AssertionError(f"{module} is in no layer: add {top!r} to LAYERS")
+
+
+def _upward_imports(graph: dict[str, set[str]]) -> dict[str, list[str]]:
+    return {m: sorted(d for d in deps if _layer_of(d) > _layer_of(m))
+            for m, deps in graph.items() if any(_layer_of(d) > _layer_of(m) for d in deps)}
+
+
+def test_every_module_imports_only_its_own_layer_and_below() -> None:
+    assert _upward_imports(_graph()) == {}
+
+
+def test_layer_check_sees_an_upward_import() -> None:
+    graph = {"tally_pipeline.store.x": {"tally_pipeline.services.y"},
+             "tally_pipeline.services.y": {"tally_pipeline.store.x"}}
+    assert _upward_imports(graph) == {"tally_pipeline.store.x": ["tally_pipeline.services.y"]}
+
+
+def test_the_root_keeps_only_entry_points_and_wiring() -> None:
+    root = sorted(p.stem for p in PACKAGE.glob("*.py"))
+    assert root == ["__init__", "__main__", "cli", "config", "definitions", "demo", "demo_report",
+                    "redaction", "runtime"]

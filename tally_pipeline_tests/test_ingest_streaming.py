@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 
 from tally_pipeline.core.envelope import EventRecord, Rejection, validate_event
 from tally_pipeline.core.registry import SizeSchemaRegistry
-from tally_pipeline.ingest import Ingestor, PreparedBatch
+from tally_pipeline.services.ingest import Ingestor, PreparedBatch
 from tally_pipeline.schemas import default_registry
 from tally_pipeline.store import open_store
 from tally_pipeline.store.base import Store, TransientConflict, UnitOfWork
@@ -160,7 +160,7 @@ def test_a_retried_unit_copies_each_event_once(pg_url, registry, monkeypatch) ->
         return real_validate(item, reg)
 
     monkeypatch.setattr(PostgresUnitOfWork, "note_activity", flaky_note)
-    monkeypatch.setattr("tally_pipeline.ingest.validate_event", counting_validate)
+    monkeypatch.setattr("tally_pipeline.services.ingest.validate_event", counting_validate)
     try:
         items = [event() for _ in range(300)] + [{"bogus": 1}]
         outcome = Ingestor(store, registry).ingest(items, origin="t")

@@ -12,9 +12,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tally_pipeline import projection, queries
+from tally_pipeline.services import projection, queries
 from tally_pipeline.core.fold import FoldEvent, fold
-from tally_pipeline.ingest import Ingestor
+from tally_pipeline.services.ingest import Ingestor
 from tally_pipeline.store import open_store
 from tally_pipeline.store.migrations import MIGRATIONS_TABLE, migrations_for
 from tally_pipeline.store.duckdb.projection import RESOURCE_KEY

@@ -18,7 +18,7 @@ from tally_pipeline.api.auth import ANONYMOUS_LOCAL, Principal, TokenBook
 from tally_pipeline.api.metrics import ApiMetrics
 from tally_pipeline.api.quota import DEFAULT_PER_MINUTE, DeadLetterQuota
 from tally_pipeline.core.timeutil import TimestampError, format_rfc3339, parse_rfc3339
-from tally_pipeline.ingest import Ingestor
+from tally_pipeline.services.ingest import Ingestor
 from tally_pipeline.store.base import Store
 
 DEFAULT_MAX_BODY = 5 * 1024 * 1024

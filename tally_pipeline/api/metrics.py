@@ -18,7 +18,7 @@ from prometheus_client import CollectorRegistry, Counter, generate_latest, multi
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
 from tally_pipeline.api.connections import CONNECTIONS_CLOSED
-from tally_pipeline.ingest import BatchOutcome
+from tally_pipeline.services.ingest import BatchOutcome
 
 #: The text format Prometheus scrapes.
 CONTENT_TYPE = prometheus_client.CONTENT_TYPE_LATEST
@@ -93,7 +93,7 @@ class ApiMetrics:
 
 def store_families(store: Any, clouds: list[str]) -> list[Metric]:
     """What every API process reports alike, read from the shared store: alerts work across replicas."""
-    from tally_pipeline.alerts import activity, last_runs, last_success
+    from tally_pipeline.services.alerts import activity, last_runs, last_success
     from tally_pipeline.store import asset_reads, sync_runs
 
     families: list[Metric] = []

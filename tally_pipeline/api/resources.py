@@ -6,7 +6,7 @@ from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import Response
 
-from tally_pipeline import queries
+from tally_pipeline.services import queries
 from tally_pipeline.api.http import (
     JSON,
     ApiContext,

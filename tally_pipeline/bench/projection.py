@@ -35,7 +35,7 @@ from typing import Any, TypeVar
 import numpy as np
 import pyarrow as pa
 
-from tally_pipeline import projection
+from tally_pipeline.services import projection
 from tally_pipeline.bench.common import peak_rss_mb, timer
 from tally_pipeline.runtime import Runtime
 from tally_pipeline.store.base import StoreUnavailable

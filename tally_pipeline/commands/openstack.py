@@ -26,7 +26,7 @@ def check(rt: Runtime, cloud: str, sample: int, as_json: bool) -> None:
     run was not clean (failed, partial, or the mass-delete guard held deletes)."""
     from tally_pipeline.adapters.openstack import OpenStackAdapter
     from tally_pipeline.adapters.openstack_check import check as check_cloud
-    from tally_pipeline.sync import sync_runs
+    from tally_pipeline.services.reconciliation import sync_runs
 
     try:
         adapter = rt.adapter(cloud)

@@ -24,7 +24,7 @@ def _default(value):
 @with_runtime
 def sync(rt: Runtime, cloud: str, run_key: str | None, at: str | None, as_json: bool) -> None:
     """Reconcile CLOUD against its platform: list, diff, write sync.* events, record the run."""
-    from tally_pipeline.sync import SyncInProgress
+    from tally_pipeline.services.reconciliation import SyncInProgress
 
     try:
         now = parse_rfc3339(at) if at else None
@@ -60,7 +60,7 @@ def sync(rt: Runtime, cloud: str, run_key: str | None, at: str | None, as_json: 
 @with_runtime
 def sync_runs(rt: Runtime, cloud: str | None, limit: int) -> None:
     """The latest reconciliation runs, newest first, as JSON."""
-    from tally_pipeline.sync import sync_runs as latest
+    from tally_pipeline.services.reconciliation import sync_runs as latest
 
     click.echo(json.dumps(latest(rt.store, cloud=cloud, limit=limit), indent=2, default=_default))
 
@@ -87,7 +87,7 @@ def sync_remote(rt: Runtime, api_url: str, clouds: tuple[str, ...], token: str |
     """
     import time
 
-    from tally_pipeline.sync_client import SyncClient
+    from tally_pipeline.services.reconciliation_remote import SyncClient
 
     names = list(clouds) or sorted(rt.config.clouds)
     if not names:

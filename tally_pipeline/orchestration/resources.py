@@ -17,11 +17,11 @@ from typing import Any, Protocol
 import dagster as dg
 from pydantic import Field, PrivateAttr
 
-from tally_pipeline import alerts, projection
+from tally_pipeline.services import alerts, projection
 from tally_pipeline.config import CONFIG_ENV, TallyConfig
 from tally_pipeline.core.alerts import Condition
-from tally_pipeline.dead_letter import PurgeResult, purge_dead_letter
-from tally_pipeline.landing import FileSummary, ingest_file
+from tally_pipeline.services.dead_letter import PurgeResult, purge_dead_letter
+from tally_pipeline.services.landing import FileSummary, ingest_file
 from tally_pipeline.orchestration.location import DATABASE_ENV, env_setting
 from tally_pipeline.orchestration.runtimes import runtime_for
 from tally_pipeline.runtime import Runtime
@@ -74,7 +74,7 @@ class TallyDatabase(dg.ConfigurableResource):
     def sync(self, cloud: str, adapter: Any, *, now: datetime, run_key: str, run_id: str | None = None) -> Any:
         """One reconciliation run of ``cloud`` against its platform ``adapter``, with the configured settings
         (``run_id``: a run the API reserved and asked Dagster to execute)."""
-        from tally_pipeline.sync import run_sync
+        from tally_pipeline.services.reconciliation import run_sync
 
         from tally_pipeline.store.sync_runs import run_row
 
@@ -85,7 +85,7 @@ class TallyDatabase(dg.ConfigurableResource):
                         run_key=run_key, run_id=run_id)
 
     def recompute_usage_daily(self, first: date, last: date, *, through: datetime) -> Any:
-        from tally_pipeline.ledger.daily import recompute_usage_daily
+        from tally_pipeline.services.ledger.daily import recompute_usage_daily
 
         rt = self._rt()
         return recompute_usage_daily(rt.store, rt.registry, first, last, through=through)
@@ -165,14 +165,14 @@ class Ledger(TallyDatabase):
         return runtime_for(self.config_path, self.ledger_database or self.database)
 
     def post(self, now: datetime) -> Any:
-        from tally_pipeline.ledger.poster import post_usage
+        from tally_pipeline.services.ledger.poster import post_usage
 
         rt = self._rt()
         settings = rt.config.ledger
         return post_usage(rt.store, rt.registry, now=now, ingest_lag=settings.ingest_lag, window_days=settings.window_days)
 
     def verify(self) -> Any:
-        from tally_pipeline.ledger.verify import verify
+        from tally_pipeline.services.ledger.verify import verify
 
         rt = self._rt()
         return verify(rt.store, rt.registry)

@@ -1,4 +1,4 @@
-"""The reads a posting batch makes to date late usage exactly (``tally_pipeline.ledger.late``).
+"""The reads a posting batch makes to date late usage exactly (``tally_pipeline.services.ledger.late``).
 
 A batch pins the projection: it reads the watermark its totals correspond to, and on Postgres holds
 the projection lock shared until it commits, so no refresh can change the intervals between the

@@ -1,6 +1,6 @@
 """The projection's reads and writes, one implementation per backend (``duckdb.projection``, ``postgres.projection``).
 
-``tally_pipeline.projection`` decides what to fold and folds it; these classes are the only code that
+``tally_pipeline.services.projection`` decides what to fold and folds it; these classes are the only code that
 reads events for the fold and writes ``current_resources``, ``resource_intervals`` and the
 watermark. Each works inside one unit of work. Every read here is bounded by what changed — by
 ``seq`` above the watermark, or by the keys of the resources touched — except the SQL fold, which

@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import replace
 from datetime import timedelta
 
-from tally_pipeline import queries
+from tally_pipeline.services import queries
 from tally_pipeline.adapters.openstack import OpenStackAdapter
 from tally_pipeline.config import OpenStackCloud
 from tally_pipeline.store import open_store

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from datetime import timedelta
 
-from tally_pipeline import queries
+from tally_pipeline.services import queries
 from tally_pipeline.store import open_store
 from tally_pipeline_tests.adapters.openstack_cloud import LARGE, NOW, SDK_NOISE, SMALL, T0, deleted_server, record, \
     running_fake

@@ -15,11 +15,11 @@ import psycopg
 import pytest
 
 from tally_pipeline.adapters.openstack import OpenStackAdapter
-from tally_pipeline.ingest import Ingestor
+from tally_pipeline.services.ingest import Ingestor
 from tally_pipeline.runtime import Runtime
 from tally_pipeline.schemas import default_registry
 from tally_pipeline.store import open_store
-from tally_pipeline.sync import run_sync
+from tally_pipeline.services.reconciliation import run_sync
 from tally_pipeline_tests.adapters.openstack_cloud import NOW, SDK_NOISE, SMALL, T0, config, record, running_fake
 from tally_pipeline_tests.adapters.sync_cli import known, query, tally_sync, write_config
 from tally_pipeline_tests.faults import migrate, wait_until
@@ -147,7 +147,7 @@ def test_a_renewed_lock_keeps_a_second_process_out_however_long_the_run(tmp_path
 
 
 def test_a_run_whose_lock_was_taken_over_writes_nothing(tmp_path) -> None:
-    from tally_pipeline.sync import LockLost
+    from tally_pipeline.services.reconciliation import LockLost
 
     store = open_store(f"duckdb://{tmp_path / 'tally.duckdb'}")
     errors: list[BaseException] = []

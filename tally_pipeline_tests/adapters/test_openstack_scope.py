@@ -9,7 +9,7 @@ import orjson
 import pytest
 from click.testing import CliRunner
 
-from tally_pipeline import alerts
+from tally_pipeline.services import alerts
 from tally_pipeline.api.metrics import exposition, store_families
 from tally_pipeline.cli import main
 from tally_pipeline.core.alerts import AlertSettings

@@ -5,7 +5,7 @@ that never ran, are still deferred."""
 
 from __future__ import annotations
 
-from tally_pipeline import alerts, queries
+from tally_pipeline.services import alerts, queries
 from tally_pipeline.api.metrics import exposition, store_families
 from tally_pipeline.core.alerts import AlertSettings
 from tally_pipeline.store import open_store

@@ -14,7 +14,7 @@ from tally_pipeline.definitions import build_definitions
 from tally_pipeline.defs.reconciliation.requests import follow_up_requests, reconciliation_requests
 from tally_pipeline.orchestration.resources import Ledger, TallyStore
 from tally_pipeline.fakes.static_view import StaticView
-from tally_pipeline.ingest import Ingestor
+from tally_pipeline.services.ingest import Ingestor
 from tally_pipeline.runtime import Runtime
 from tally_pipeline.sim.platform import PlatformRecord
 from tally_pipeline.store import asset_reads

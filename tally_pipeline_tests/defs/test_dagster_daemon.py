@@ -16,7 +16,7 @@ from pathlib import Path
 import dagster as dg
 import pytest
 
-from tally_pipeline.ingest import Ingestor
+from tally_pipeline.services.ingest import Ingestor
 from tally_pipeline.runtime import Runtime
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -9,8 +9,8 @@ from decimal import Decimal
 import pytest
 
 from tally_pipeline.core.ledger import EntityKey
-from tally_pipeline.ledger.poster import post_usage
-from tally_pipeline.ledger.verify import verify
+from tally_pipeline.services.ledger.poster import post_usage
+from tally_pipeline.services.ledger.verify import verify
 from tally_pipeline_tests.ledger_data import (
     DAY,
     HOUR,

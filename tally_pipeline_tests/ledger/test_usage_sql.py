@@ -8,7 +8,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tally_pipeline.core.usage import MAX_METER_VALUE
-from tally_pipeline.ledger.usage import cumulative_usage
+from tally_pipeline.services.ledger.usage import cumulative_usage
 from tally_pipeline_tests.ledger_data import T0, Row, insert, model_usage, vm
 
 # every kind of value about equally likely, so each unusable kind shows up in most runs

@@ -4,8 +4,8 @@
 from __future__ import annotations
 
 
-from tally_pipeline import projection, queries
-from tally_pipeline.ingest import Ingestor
+from tally_pipeline.services import projection, queries
+from tally_pipeline.services.ingest import Ingestor
 from tally_pipeline.store.postgres import resource_key
 from tally_pipeline.store.postgres.projection import PostgresProjectionTables, history_sql
 from tally_pipeline.store.resource_reads import resource_history

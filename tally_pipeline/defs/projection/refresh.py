@@ -10,7 +10,7 @@ import dagster as dg
 
 from tally_pipeline.orchestration.metadata import md_table
 from tally_pipeline.orchestration.resources import TallyDatabase
-from tally_pipeline.projection import RefreshResult
+from tally_pipeline.services.projection import RefreshResult
 
 
 def projection_metadata(db: TallyDatabase, result: RefreshResult | None, by: str) -> dict[str, dict[str, Any]]:

@@ -57,7 +57,7 @@ def reconciliation_defs(clouds: list[str]) -> dg.Definitions:
     )
     def sync_runs(context: dg.AssetExecutionContext, store: TallyStore, adapters: dg.ResourceParam[AdapterSource],
                   clock: dg.ResourceParam[Clock]):
-        from tally_pipeline.sync import SyncInProgress
+        from tally_pipeline.services.reconciliation import SyncInProgress
 
         tags = context.run.tags
         poll_time = parse_rfc3339(tags[POLL_TIME]) if POLL_TIME in tags else to_utc(clock.now())

@@ -19,7 +19,7 @@ from typing import Any
 from tally_pipeline.core.fold import FoldEvent, Interval, fold
 from tally_pipeline.core.ledger import EntityKey, usage_moved
 from tally_pipeline.core.registry import Meter
-from tally_pipeline.projection import fold_rows_by_resource
+from tally_pipeline.services.projection import fold_rows_by_resource
 from tally_pipeline.store import ledger_late
 
 

@@ -49,7 +49,7 @@ from tally_pipeline.core.ledger import (
 from tally_pipeline.core.registry import Meter, SizeSchemaRegistry
 from tally_pipeline.core.timeutil import format_rfc3339
 from tally_pipeline.core.usage import to_units
-from tally_pipeline.ledger.late import late_usage
+from tally_pipeline.services.ledger.late import late_usage
 from tally_pipeline.store import ledger_checkpoints, ledger_late, ledger_postings, ledger_records
 from tally_pipeline.store.base import Store, StoreError, UnitOfWork
 from tally_pipeline.store.usage_reads import batch_totals, begun_projects

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
 from functools import cached_property
+from typing import Any
 
 from tally_pipeline.config import TallyConfig, load_config
 from tally_pipeline.core.registry import SizeSchemaRegistry
-from tally_pipeline.services.ingest import Ingestor
 from tally_pipeline.schemas import default_registry, load_registry
+from tally_pipeline.services.ingest import Ingestor
 from tally_pipeline.store import Store, open_store
 
 

@@ -11,11 +11,11 @@ from starlette.testclient import TestClient
 
 from tally_pipeline.api.quota import DeadLetterQuota
 from tally_pipeline.cli import main
-from tally_pipeline.services.dead_letter import purge_dead_letter
 from tally_pipeline.definitions import build_definitions
 from tally_pipeline.orchestration.resources import default_resources
-from tally_pipeline.services.ingest import Ingestor
 from tally_pipeline.runtime import Runtime
+from tally_pipeline.services.dead_letter import purge_dead_letter
+from tally_pipeline.services.ingest import Ingestor
 from tally_pipeline.store import open_store
 from tally_pipeline.store.base import RAW_PREFIX_CHARS
 from tally_pipeline_tests.api_setup import bearer, build_api, token_for

@@ -8,13 +8,12 @@ from collections import Counter
 from datetime import UTC, datetime
 
 import psycopg
-
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tally_pipeline.services.ingest import Ingestor
 from tally_pipeline.schemas import default_registry
+from tally_pipeline.services.ingest import Ingestor
 from tally_pipeline.store import open_store
 from tally_pipeline.store.postgres.store import PostgresUnitOfWork
 from tally_pipeline_tests.events import event

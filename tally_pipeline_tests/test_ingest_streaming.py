@@ -17,8 +17,8 @@ from hypothesis import strategies as st
 
 from tally_pipeline.core.envelope import EventRecord, Rejection, validate_event
 from tally_pipeline.core.registry import SizeSchemaRegistry
-from tally_pipeline.services.ingest import Ingestor, PreparedBatch
 from tally_pipeline.schemas import default_registry
+from tally_pipeline.services.ingest import Ingestor, PreparedBatch
 from tally_pipeline.store import open_store
 from tally_pipeline.store.base import Store, TransientConflict, UnitOfWork
 from tally_pipeline.store.postgres.store import PostgresStore, PostgresUnitOfWork
@@ -102,8 +102,8 @@ def test_activity_in_one_statement_is_the_activity_of_one_per_cloud(twins, batch
         _wipe(store)
     for n, counts in enumerate(batches_of_counts):
         at = T0.replace(minute=n)
-        fast.run(lambda uow: uow.note_activity(counts, at))
-        slow.run(lambda uow: UnitOfWork.note_activity(uow, counts, at))
+        fast.run(lambda uow, counts=counts, at=at: uow.note_activity(counts, at))
+        slow.run(lambda uow, counts=counts, at=at: UnitOfWork.note_activity(uow, counts, at))
     assert _state(fast)["activity"] == _state(slow)["activity"]
 
 

@@ -12,12 +12,12 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tally_pipeline.services import projection, queries
 from tally_pipeline.core.fold import FoldEvent, fold
+from tally_pipeline.services import projection, queries
 from tally_pipeline.services.ingest import Ingestor
 from tally_pipeline.store import open_store
-from tally_pipeline.store.migrations import MIGRATIONS_TABLE, migrations_for
 from tally_pipeline.store.duckdb.projection import RESOURCE_KEY
+from tally_pipeline.store.migrations import MIGRATIONS_TABLE, migrations_for
 from tally_pipeline.store.projection_tables import INTERVAL_COLUMNS, STATE_COLUMNS
 
 T0 = datetime(2026, 3, 1, tzinfo=UTC)
@@ -350,7 +350,9 @@ def test_both_backends_project_the_same_tables(tmp_path, pg_url, registry) -> No
         finally:
             store.close()
     duck, pg = results
-    strip_seq = lambda rows: [r[:9] + r[10:] for r in rows]  # seq values depend on batch order per backend
+    def strip_seq(rows):  # seq values depend on batch order per backend
+        return [r[:9] + r[10:] for r in rows]
+
     assert strip_seq(duck[0]) == strip_seq(pg[0])
     assert duck[1] == pg[1]
 

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from datetime import timedelta
 
-from tally_pipeline.services import alerts, queries
 from tally_pipeline.adapters.simulated import SimulatedAdapter
 from tally_pipeline.core.alerts import AlertSettings
 from tally_pipeline.fakes.static_view import StaticView
+from tally_pipeline.services import alerts, queries
 from tally_pipeline.services.reconciliation import run_sync, sync_runs
 from tally_pipeline_tests.test_sync import CLOUD, NOW, OLD, collector_event, rec
 

@@ -13,7 +13,6 @@ from collections.abc import Callable, Iterator, Sequence
 from datetime import datetime
 from typing import Protocol, runtime_checkable
 
-
 from tally_pipeline.core.platform import (  # noqa: F401  (re-exported: the adapters' vocabulary)
     INSUFFICIENT_SCOPE,
     Confirmation,

@@ -54,8 +54,8 @@ from tally_pipeline.adapters.base import (
     InsufficientScope,
     ListedResource,
     ListingScope,
-    SkippedResource,
     SkipItem,
+    SkippedResource,
     confirm_each,
 )
 from tally_pipeline.adapters.openstack_pages import ListCall, MalformedPage, pages

@@ -18,7 +18,6 @@ from typing import Any
 from tally_pipeline.adapters.base import AdapterError, DeletedResource, ListedResource, SkipItem
 from tally_pipeline.core.transitions import in_transition, never_ran
 
-
 #: Nova's placeholder status (microversion 2.69+) for a server in a cell it cannot reach.
 UNKNOWN = "UNKNOWN"
 #: What nova's deleted listing holds: hard-deleted servers, and soft-deleted ones awaiting reclaim.

@@ -91,7 +91,7 @@ class BoundedHttpProtocol(HttpToolsProtocol):
         self.transport.close()
 
     def _peer(self) -> str:
-        return "%s:%d" % self.client if self.client else "unknown peer"
+        return f"{self.client[0]}:{self.client[1]}" if self.client else "unknown peer"
 
     # -- asyncio.Protocol -----------------------------------------------------------------------
 

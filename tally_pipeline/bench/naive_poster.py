@@ -13,8 +13,8 @@ from datetime import datetime, timedelta
 from tally_pipeline.core.ledger import CycleWindow, EntityKey
 from tally_pipeline.core.registry import SizeSchemaRegistry
 from tally_pipeline.services.ledger.poster import CycleResult, _prepare, post_batch
-from tally_pipeline.store.ledger_checkpoints import open_checkpoints
 from tally_pipeline.store.base import Store, UnitOfWork
+from tally_pipeline.store.ledger_checkpoints import open_checkpoints
 
 
 def post_usage_naively(

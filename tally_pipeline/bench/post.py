@@ -16,11 +16,11 @@ import time
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from tally_pipeline.core.ledger import EntityKey
 from tally_pipeline.bench.naive_poster import post_usage_naively
+from tally_pipeline.core.ledger import EntityKey
+from tally_pipeline.schemas import default_registry
 from tally_pipeline.services.ledger.poster import DEFAULT_BATCH_SIZE, DEFAULT_WORKERS, post_usage
 from tally_pipeline.services.ledger.verify import verify
-from tally_pipeline.schemas import default_registry
 from tally_pipeline.store import Store, ledger_checkpoints
 from tally_pipeline.store.scratch import scratch_store
 

@@ -30,7 +30,6 @@ from __future__ import annotations
 import logging
 import os
 import random
-import socket
 import threading
 import time
 from collections import Counter
@@ -242,7 +241,7 @@ class BusConsumer:
             wait = MAX_READ_WAIT if not self._pending else min(MAX_READ_WAIT, max(0.001, self._flush_due - now))
             try:
                 conn.drain_events(timeout=wait)
-            except (TimeoutError, socket.timeout):
+            except TimeoutError:
                 pass
             now = time.monotonic()
             if self._pending and (len(self._pending) >= s.batch_size or now >= self._flush_due):

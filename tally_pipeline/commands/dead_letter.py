@@ -8,8 +8,8 @@ from datetime import UTC, datetime
 import click
 
 from tally_pipeline.commands._options import group_of, with_runtime
-from tally_pipeline.services.dead_letter import purge_dead_letter
 from tally_pipeline.runtime import Runtime
+from tally_pipeline.services.dead_letter import purge_dead_letter
 
 
 @click.command("purge")

@@ -9,8 +9,8 @@ import click
 from tqdm import tqdm
 
 from tally_pipeline.commands._options import with_runtime
-from tally_pipeline.services.landing import ingest_file
 from tally_pipeline.runtime import Runtime
+from tally_pipeline.services.landing import ingest_file
 
 
 @click.command("ingest")

@@ -10,10 +10,10 @@ from typing import Any
 
 import click
 
-from tally_pipeline.services import projection, queries
 from tally_pipeline.commands._options import with_runtime
 from tally_pipeline.core.timeutil import TimestampError, format_rfc3339, parse_rfc3339
 from tally_pipeline.runtime import Runtime
+from tally_pipeline.services import projection, queries
 
 
 def _plain(value: Any) -> Any:

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import click
 
-from tally_pipeline.services import projection
 from tally_pipeline.commands._options import with_runtime
 from tally_pipeline.runtime import Runtime
+from tally_pipeline.services import projection
 
 
 @click.command("snapshot")

@@ -12,9 +12,9 @@ field stays a float and the schema refuses it. What is stored is what the meters
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Callable
+from typing import Any
 
 import fastjsonschema
 import jsonschema

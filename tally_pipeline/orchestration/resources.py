@@ -17,14 +17,14 @@ from typing import Any, Protocol
 import dagster as dg
 from pydantic import Field, PrivateAttr
 
-from tally_pipeline.services import alerts, projection
 from tally_pipeline.config import CONFIG_ENV, TallyConfig
 from tally_pipeline.core.alerts import Condition
-from tally_pipeline.services.dead_letter import PurgeResult, purge_dead_letter
-from tally_pipeline.services.landing import FileSummary, ingest_file
 from tally_pipeline.orchestration.location import DATABASE_ENV, env_setting
 from tally_pipeline.orchestration.runtimes import runtime_for
 from tally_pipeline.runtime import Runtime
+from tally_pipeline.services import alerts, projection
+from tally_pipeline.services.dead_letter import PurgeResult, purge_dead_letter
+from tally_pipeline.services.landing import FileSummary, ingest_file
 from tally_pipeline.store import asset_reads
 from tally_pipeline.store.base import RejectedEntry
 
@@ -75,7 +75,6 @@ class TallyDatabase(dg.ConfigurableResource):
         """One reconciliation run of ``cloud`` against its platform ``adapter``, with the configured settings
         (``run_id``: a run the API reserved and asked Dagster to execute)."""
         from tally_pipeline.services.reconciliation import run_sync
-
         from tally_pipeline.store.sync_runs import run_row
 
         rt = self._rt()

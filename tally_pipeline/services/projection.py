@@ -26,7 +26,7 @@ from typing import Any
 
 import orjson
 
-from tally_pipeline.core.fold import FoldEvent, FoldStart, Folded, ResourceState, fold
+from tally_pipeline.core.fold import Folded, FoldEvent, FoldStart, ResourceState, fold
 from tally_pipeline.store.base import Store
 from tally_pipeline.store.projection_tables import Key, ProjectionTables, StoredFold, read_watermark
 

@@ -24,7 +24,6 @@ from typing import Any
 
 import orjson
 
-from tally_pipeline.services import projection
 from tally_pipeline.adapters.base import (
     RUN_TIME_BOUND,
     Confirmation,
@@ -35,6 +34,7 @@ from tally_pipeline.adapters.base import (
 )
 from tally_pipeline.core import reconcile as rules
 from tally_pipeline.core.timeutil import to_utc
+from tally_pipeline.services import projection
 from tally_pipeline.services.ingest import Ingestor
 from tally_pipeline.store import sync_runs as runs_sql
 from tally_pipeline.store.base import Store

@@ -8,12 +8,12 @@ from datetime import timedelta
 
 import pytest
 
-from tally_pipeline.services import queries
 from tally_pipeline.adapters.openstack import OpenStackAdapter
-from tally_pipeline.services.ingest import Ingestor
 from tally_pipeline.schemas import default_registry
-from tally_pipeline.store import open_store
+from tally_pipeline.services import queries
+from tally_pipeline.services.ingest import Ingestor
 from tally_pipeline.services.reconciliation import run_sync, sync_runs
+from tally_pipeline.store import open_store
 from tally_pipeline_tests.adapters.openstack_cloud import NOW, SDK_NOISE, SMALL, T0, config, record, running_fake
 
 pytestmark = SDK_NOISE

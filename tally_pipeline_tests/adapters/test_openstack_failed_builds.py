@@ -9,8 +9,16 @@ from datetime import timedelta
 
 from tally_pipeline.services import queries
 from tally_pipeline.store import open_store
-from tally_pipeline_tests.adapters.openstack_cloud import LARGE, NOW, SDK_NOISE, SMALL, T0, deleted_server, record, \
-    running_fake
+from tally_pipeline_tests.adapters.openstack_cloud import (
+    LARGE,
+    NOW,
+    SDK_NOISE,
+    SMALL,
+    T0,
+    deleted_server,
+    record,
+    running_fake,
+)
 from tally_pipeline_tests.adapters.sync_cli import known, query, tally_sync, write_config
 
 pytestmark = SDK_NOISE

@@ -15,11 +15,11 @@ import psycopg
 import pytest
 
 from tally_pipeline.adapters.openstack import OpenStackAdapter
-from tally_pipeline.services.ingest import Ingestor
 from tally_pipeline.runtime import Runtime
 from tally_pipeline.schemas import default_registry
-from tally_pipeline.store import open_store
+from tally_pipeline.services.ingest import Ingestor
 from tally_pipeline.services.reconciliation import run_sync
+from tally_pipeline.store import open_store
 from tally_pipeline_tests.adapters.openstack_cloud import NOW, SDK_NOISE, SMALL, T0, config, record, running_fake
 from tally_pipeline_tests.adapters.sync_cli import known, query, tally_sync, write_config
 from tally_pipeline_tests.faults import migrate, wait_until

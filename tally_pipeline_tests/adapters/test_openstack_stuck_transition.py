@@ -5,11 +5,11 @@ that never ran, are still deferred."""
 
 from __future__ import annotations
 
-from tally_pipeline.services import alerts, queries
 from tally_pipeline.api.metrics import exposition, store_families
 from tally_pipeline.core.alerts import AlertSettings
+from tally_pipeline.services import alerts, queries
 from tally_pipeline.store import open_store
-from tally_pipeline_tests.adapters.openstack_cloud import NOW, SDK_NOISE, SMALL, T0, record, running_fake
+from tally_pipeline_tests.adapters.openstack_cloud import NOW, SDK_NOISE, SMALL, record, running_fake
 from tally_pipeline_tests.adapters.sync_cli import tally_sync, write_config
 
 pytestmark = SDK_NOISE

@@ -14,9 +14,9 @@ from click.testing import CliRunner
 from tally_pipeline.cli import main
 from tally_pipeline.core.timeutil import format_rfc3339
 from tally_pipeline.fakes.openstack import FakeOpenStack
-from tally_pipeline.services.ingest import Ingestor
 from tally_pipeline.runtime import Runtime
 from tally_pipeline.schemas import default_registry
+from tally_pipeline.services.ingest import Ingestor
 from tally_pipeline.sim import DeliverySpec, SimulationSpec, simulate
 from tally_pipeline.store import open_store
 

@@ -9,10 +9,10 @@ from pathlib import Path
 import yaml
 from starlette.testclient import TestClient
 
-from tally_pipeline.api.app import ApiContext, create_app
-from tally_pipeline.runtime import Runtime
 from tally_pipeline.adapters.simulated import SimulatedAdapter
+from tally_pipeline.api.app import ApiContext, create_app
 from tally_pipeline.fakes.static_view import StaticView
+from tally_pipeline.runtime import Runtime
 from tally_pipeline.services.reconciliation import run_sync
 from tally_pipeline_tests.events import event
 

@@ -7,9 +7,9 @@ import json
 import pytest
 from click.testing import CliRunner
 
+from tally_pipeline.bench.naive_poster import post_usage_naively
 from tally_pipeline.cli import main
 from tally_pipeline.core.ledger import EntityKey
-from tally_pipeline.bench.naive_poster import post_usage_naively
 from tally_pipeline.services.ledger.poster import post_usage
 from tally_pipeline.store import open_store
 from tally_pipeline_tests.ledger_data import DAY, T0, Row, insert, postings, vm

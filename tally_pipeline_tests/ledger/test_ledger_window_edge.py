@@ -22,12 +22,12 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tally_pipeline.services import projection
 from tally_pipeline.core.fold import FoldEvent, fold
 from tally_pipeline.core.ledger import CycleWindow, EntityKey
 from tally_pipeline.core.timeutil import parse_rfc3339
 from tally_pipeline.core.usage import Interval, interval_usage_micro
 from tally_pipeline.core.verbs import verb_of
+from tally_pipeline.services import projection
 from tally_pipeline.services.ingest import Ingestor
 from tally_pipeline.services.ledger.poster import post_usage
 from tally_pipeline.services.ledger.verify import verify

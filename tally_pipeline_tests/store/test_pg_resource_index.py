@@ -3,7 +3,6 @@
 
 from __future__ import annotations
 
-
 from tally_pipeline.services import projection, queries
 from tally_pipeline.services.ingest import Ingestor
 from tally_pipeline.store.postgres import resource_key

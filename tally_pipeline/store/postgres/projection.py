@@ -248,7 +248,7 @@ class PostgresProjectionTables:
             cur.execute(f"ALTER TABLE {table} DROP CONSTRAINT {constraint}" if constraint else f"DROP INDEX {name}")
         cur.execute(insert_all(table, columns, select))
         cur.execute(f"SET LOCAL maintenance_work_mem = '{INDEX_BUILD_MEM}'")
-        for name, constraint, definition in indexes:
+        for _name, constraint, definition in indexes:
             cur.execute(f"ALTER TABLE {table} ADD CONSTRAINT {constraint} {definition}" if constraint else definition)
 
     def set_watermark(self, high: int) -> None:

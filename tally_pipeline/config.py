@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, TypedDict
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
@@ -132,11 +132,21 @@ class ReconciliationSettings(_Strict):
     lock_lease: float = Field(default=300.0, ge=1, description="seconds a run's lock lasts unless renewed "
                               "(renewed every third of it while the run lives)")
 
-    def run_options(self) -> dict[str, float]:
+    def run_options(self) -> RunOptions:
         """The keyword arguments ``sync.run_sync`` takes from this section."""
         return {"settle_window": self.settle_window, "mass_delete_guard": self.mass_delete_guard,
                 "stuck_transition_hours": self.stuck_transition_hours, "max_run_time": self.max_run_time,
                 "lock_lease": self.lock_lease}
+
+
+class RunOptions(TypedDict):
+    """What a reconciliation run takes from the ``reconciliation:`` section."""
+
+    settle_window: float
+    mass_delete_guard: float
+    stuck_transition_hours: float
+    max_run_time: float
+    lock_lease: float
 
 
 class LedgerSettings(_Strict):

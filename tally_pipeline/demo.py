@@ -144,7 +144,7 @@ def demo_logger(path: Path, echo: bool) -> dg.LoggerDefinition:
         handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(message)s"))
         log.addHandler(handler)
 
-    @dg.logger(description="The demo's Dagster log: a file in the demo directory.")
+    @dg.logger(None, description="The demo's Dagster log: a file in the demo directory.")
     def demo_log(_: dg.InitLoggerContext) -> logging.Logger:
         return log
 

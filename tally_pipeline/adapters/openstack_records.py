@@ -89,7 +89,9 @@ def deletion_time(raw: dict[str, Any], sid: str, updated_at: datetime | None) ->
 
 def flavor_size(raw: dict[str, Any], sid: str) -> dict[str, Any]:
     flavor = raw.get("flavor")
-    name = flavor.get("original_name") if isinstance(flavor, dict) else None
+    if not isinstance(flavor, dict):
+        flavor = {}
+    name = flavor.get("original_name")
     if not name:
         raise _skip("server", sid, "malformed", "no embedded flavor (nova answered below microversion 2.47)")
     return {

@@ -141,10 +141,10 @@ async def post_event(ctx: ApiContext, request: Request) -> Response:
     _charge(ctx, principal, outcome.dead_letter_bytes)
     ctx.metrics.count_outcome(outcome, metric_clouds(ctx, principal))
     result = outcome.results[0]
-    body = result.as_json()
-    body.pop("index", None)
+    answer = result.as_json()
+    answer.pop("index", None)
     status = {"stored": 201, "duplicate": 200, "rejected": 400}[result.status]
-    return JSON(body, status_code=status)
+    return JSON(answer, status_code=status)
 
 
 async def get_rejected(ctx: ApiContext, request: Request) -> Response:

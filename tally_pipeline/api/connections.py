@@ -95,7 +95,7 @@ class BoundedHttpProtocol(HttpToolsProtocol):
 
     # -- asyncio.Protocol -----------------------------------------------------------------------
 
-    def connection_made(self, transport: Any) -> None:  # type: ignore[override]
+    def connection_made(self, transport: Any) -> None:
         super().connection_made(transport)
         self._arm(self.limits.header_timeout, "header_timeout")
 

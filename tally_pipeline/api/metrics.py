@@ -99,12 +99,14 @@ def store_families(store: Any, clouds: list[str]) -> list[Metric]:
     families: list[Metric] = []
 
     def gauge(name: str, help_text: str, labels: list[str]) -> GaugeMetricFamily:
-        families.append(GaugeMetricFamily(name, help_text, labels=labels))
-        return families[-1]
+        family = GaugeMetricFamily(name, help_text, labels=labels)
+        families.append(family)
+        return family
 
     def counter(name: str, help_text: str, labels: list[str]) -> CounterMetricFamily:
-        families.append(CounterMetricFamily(name, help_text, labels=labels))
-        return families[-1]
+        family = CounterMetricFamily(name, help_text, labels=labels)
+        families.append(family)
+        return family
 
     last_event = gauge("tally_cloud_last_collector_event_timestamp_seconds",
                        "When the last collector event for the cloud was stored (Unix time).", ["cloud"])

@@ -120,7 +120,7 @@ def lifecycle_end_errors(d: Drive) -> list[dict[str, Any]]:
             "key": lc.key, "seen": True,
             "start_error_s": (to_utc(start) - lc.created_at).total_seconds(),
             "end_error_s": None if (end is None) != (truth_end is None) else
-            ((end - truth_end).total_seconds() if end is not None else 0.0),
+            ((end - truth_end).total_seconds() if end is not None and truth_end is not None else 0.0),
             "end_mismatch": (end is None) != (truth_end is None),
         })
     return out
@@ -138,7 +138,7 @@ def store_by_entity(store: Store, start: datetime, end: datetime) -> dict[tuple[
     registry = default_registry()
     late, early = cumulative_usage(store, registry, end), cumulative_usage(store, registry, start)
     keys = set(late.micro) | set(early.micro)
-    return {tuple(k): late.micro.get(k, 0) - early.micro.get(k, 0) for k in keys}
+    return {(k[0], k[1], k[2]): late.micro.get(k, 0) - early.micro.get(k, 0) for k in keys}
 
 
 def tenant_view(d: Drive) -> dict[str, Any]:
@@ -176,8 +176,8 @@ def report(d: Drive) -> dict[str, Any]:
     stats = sim.stream.stats()
     never_seen = [lc.key for lc in sim.truth
                   if not _has_events(d.reconciled, (lc.cloud, lc.resource_type, lc.resource_id))]
-    corrections = Counter()
-    deferrals = Counter()
+    corrections: Counter[str] = Counter()
+    deferrals: Counter[str] = Counter()
     for run in d.runs:
         corrections.update(created=run.created, updated=run.updated, deleted=run.deleted, recovered=run.recovered)
         deferrals.update(run.deferrals_by_reason())

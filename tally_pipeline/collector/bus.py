@@ -27,6 +27,7 @@ The wire format is oslo.messaging's all the same: its notifiers publish, this re
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import random
@@ -255,7 +256,7 @@ class BusConsumer:
         # Stopping: no new deliveries; what was read is buffered and acknowledged if the buffer takes
         # it, else left unacknowledged for the broker to deliver again.
         for tag in consumer_tags:
-            _quietly(lambda tag=tag: channel.basic_cancel(tag))
+            _quietly(functools.partial(channel.basic_cancel, tag))
         if self._pending:
             self._flush(channel, final=True)
 

@@ -59,9 +59,11 @@ def volume_type_names(clouds: dict[str, Any], cloud: str) -> Any:
 
     def read() -> dict[str, str] | None:
         from tally_pipeline.adapters import adapter_for
+        from tally_pipeline.adapters.openstack import OpenStackAdapter
 
         try:
             adapter = adapter_for(cloud, entry)
+            assert isinstance(adapter, OpenStackAdapter)  # the entry's provider, checked above
             try:
                 return adapter.volume_type_names()
             finally:

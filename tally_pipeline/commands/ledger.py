@@ -141,6 +141,7 @@ def daily_command(rt: Runtime, day: date | None, first: date | None, last: date 
     if day is None and (first is None or last is None):
         raise click.UsageError("give --day D, or --from D1 --to D2")
     start, end = (day, day) if day is not None else (first, last)
+    assert start is not None and end is not None  # the usage errors above
     try:
         result = recompute_usage_daily(rt.store, rt.registry, start, end, through=through)
     except ValueError as exc:

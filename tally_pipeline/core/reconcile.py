@@ -165,10 +165,10 @@ def plan(
     # Per type, by id: no tuple keys to build for a million rows.
     by_type: dict[str, dict[str, ProjectedResource]] = {}
     live_by_type: dict[str, dict[str, ProjectedResource]] = {}
-    for p in projected:
-        by_type.setdefault(p.resource_type, {})[p.resource_id] = p
-        if p.status == "live":
-            live_by_type.setdefault(p.resource_type, {})[p.resource_id] = p
+    for row in projected:
+        by_type.setdefault(row.resource_type, {})[row.resource_id] = row
+        if row.status == "live":
+            live_by_type.setdefault(row.resource_type, {})[row.resource_id] = row
     gone: dict[tuple[str, str], DeletedResource] = {}
     if deleted is not None and deleted.available:
         gone = {(d.resource_type, d.resource_id): d for d in deleted.items}

@@ -106,10 +106,8 @@ class ResourceType:
         if error is None:  # the two engines disagree; report the fast engine's verdict plainly
             return "size does not match the schema"
         where = ".".join(str(p) for p in error.absolute_path)
-        if not where and error.validator == "required":
-            return error.message
-        if not where and error.validator == "additionalProperties":
-            return error.message
+        if not where and error.validator in ("required", "additionalProperties"):
+            return str(error.message)
         return f"{where or 'size'}: {error.message}"
 
 

@@ -9,4 +9,5 @@ FOLLOWS_EVENTS = dg.AutomationCondition.eager().replace("newly_missing", dg.Auto
 
 # The event log only records what the ingest core wrote: a day of raw_event_batches that was never
 # materialized (no landing files that day, or any day before the data began) must not hold it back.
-EVENT_LOG = FOLLOWS_EVENTS.without(~dg.AutomationCondition.any_deps_missing())
+# (eager() is typed as a builtin condition but is an AND of conditions, which has ``without``.)
+EVENT_LOG = FOLLOWS_EVENTS.without(~dg.AutomationCondition.any_deps_missing())  # type: ignore[attr-defined]

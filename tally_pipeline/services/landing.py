@@ -15,7 +15,7 @@ import json
 import os
 import re
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
@@ -79,7 +79,7 @@ def resolve_landing_path(landing_dir: str | os.PathLike[str], name: str | os.Pat
 
 def read_items(stream: IO[bytes]) -> Iterator[ReadItem | BadLine]:
     """Yield each event item of a landing file (parsed, with its text), or a ``BadLine``."""
-    buffered = io.BufferedReader(stream) if not isinstance(stream, io.BufferedReader) else stream  # type: ignore[arg-type]
+    buffered = stream if isinstance(stream, io.BufferedReader) else io.BufferedReader(stream)  # type: ignore[type-var]
     head = buffered.peek(256)[:256]
     if _BATCH_DOC.match(head):
         yield from _read_document(buffered)
@@ -158,7 +158,7 @@ class FileSummary:
     stored: int = 0
     duplicates: int = 0
     rejected: int = 0
-    reasons: dict[str, int] | None = None
+    reasons: dict[str, int] = field(default_factory=dict)
     error: str | None = None
 
     def as_json(self) -> dict[str, Any]:
@@ -168,7 +168,7 @@ class FileSummary:
             "stored": self.stored,
             "duplicates": self.duplicates,
             "rejected": self.rejected,
-            "reasons": dict(sorted((self.reasons or {}).items())),
+            "reasons": dict(sorted(self.reasons.items())),
             "error": self.error,
         }
 
@@ -190,7 +190,7 @@ def ingest_file(
     from tally_pipeline.store.base import RejectedRow
 
     origin = origin or f"file:{path.name}"
-    summary = FileSummary(str(path), reasons={})
+    summary = FileSummary(str(path))
     raw_file = path.open("rb")
     try:
         stream: IO[bytes] = raw_file
@@ -208,7 +208,7 @@ def ingest_file(
                 ingestor.dead_letter(list(bad))
                 summary.rejected += len(bad)
                 for row in bad:
-                    summary.reasons[row.reason] = summary.reasons.get(row.reason, 0) + 1  # type: ignore[index]
+                    summary.reasons[row.reason] = summary.reasons.get(row.reason, 0) + 1
                 bad.clear()
             if batch:
                 outcome = ingestor.ingest(batch, origin=origin, raw_of=list(raws).__getitem__)
@@ -217,7 +217,7 @@ def ingest_file(
                 summary.rejected += outcome.rejected
                 for result in outcome.results:
                     if result.reason:
-                        summary.reasons[result.reason] = summary.reasons.get(result.reason, 0) + 1  # type: ignore[index]
+                        summary.reasons[result.reason] = summary.reasons.get(result.reason, 0) + 1
                 batch.clear()
                 raws.clear()
             if progress is not None:

@@ -91,8 +91,8 @@ def _fold_pending(tables: ProjectionTables, *, full: bool) -> _Counts:
         return _Counts(count, high, refolded=count, events=pending)
     pending_events = dict(fold_rows_by_resource(tables.pending_rows(watermark, high)))
     cuts: list[tuple[Key, int]] = []
-    states: list[tuple] = []
-    intervals: list[tuple] = []
+    states: list[tuple[Any, ...]] = []
+    intervals: list[tuple[Any, ...]] = []
     resumed = 0
     late: list[Key] = []
     stored = {s.key: s for s in tables.stored(list(pending_events))}
@@ -105,6 +105,7 @@ def _fold_pending(tables: ProjectionTables, *, full: bool) -> _Counts:
         first_no = 0
         if start is not None:
             resumed += 1
+            assert prior is not None  # a resumable fold has a stored one
             first_no = _first_new_interval(prior)
             cuts.append((key, first_no))
         _add_rows(key, fold(events, start), first_no, states, intervals)
@@ -146,12 +147,12 @@ def _first_new_interval(prior: StoredFold) -> int:
     return last if prior.status == "live" else last + 1
 
 
-def _add_rows(key: Key, result: Folded, first_no: int, states: list[tuple], intervals: list[tuple]) -> None:
+def _add_rows(key: Key, result: Folded, first_no: int, states: list[tuple[Any, ...]], intervals: list[tuple[Any, ...]]) -> None:
     states.append(_state_row(key, result))
     intervals.extend(_interval_rows(key, result, first_no))
 
 
-def fold_rows_by_resource(rows: Iterable[tuple]) -> Iterator[tuple[Key, list[FoldEvent]]]:
+def fold_rows_by_resource(rows: Iterable[tuple[Any, ...]]) -> Iterator[tuple[Key, list[FoldEvent]]]:
     """Fold rows ``(cloud, type, id, event_id, verb, occurred_at, project_id, size, seq)``, grouped by key."""
     key: Key | None = None
     batch: list[FoldEvent] = []
@@ -176,12 +177,12 @@ def _json(value: Any) -> str | None:
     return None if value is None else orjson.dumps(value, option=orjson.OPT_SORT_KEYS).decode()
 
 
-def _state_row(key: Key, result: Folded) -> tuple:
+def _state_row(key: Key, result: Folded) -> tuple[Any, ...]:
     s = result.state
     return (*key, s.status, s.project_id, _json(s.size), s.created_at, s.deleted_at,
             s.last_event_at, s.last_seq, s.event_count)
 
 
-def _interval_rows(key: Key, result: Folded, first_no: int = 0) -> Iterator[tuple]:
+def _interval_rows(key: Key, result: Folded, first_no: int = 0) -> Iterator[tuple[Any, ...]]:
     for number, iv in enumerate(result.intervals, start=first_no):
         yield (*key, number, iv.lifecycle_no, iv.project_id, _json(iv.size), iv.start, iv.end)

@@ -30,6 +30,7 @@ from tally_pipeline.adapters.base import (
     DeletedListing,
     Failed,
     PlatformAdapter,
+    TypeListing,
     list_type,
 )
 from tally_pipeline.core import reconcile as rules
@@ -306,7 +307,7 @@ def _reconcile(store: Store, ingestor: Ingestor, adapter: PlatformAdapter, run: 
     cloud = run.cloud
     types = [t for t in adapter.resource_types if t in ingestor.registry]
     polls: dict[str, datetime] = {}
-    listings = []
+    listings: list[TypeListing] = []
     observed_at = getattr(adapter, "observed_at", None)
     for rtype in types:
         began = to_utc(observe())

@@ -38,7 +38,7 @@ def late_resources(uow: Any, since: int, upto: int, before: datetime) -> list[Ke
     return [(cloud, rtype, rid) for cloud, rtype, rid in rows]
 
 
-def histories(uow: Any, dialect: str, keys: Sequence[Key]) -> Iterator[tuple]:
+def histories(uow: Any, dialect: str, keys: Sequence[Key]) -> Iterator[tuple[Any, ...]]:
     """The resources' whole histories as fold rows, grouped by resource (the projection's own read)."""
     if dialect == "postgres":
         from tally_pipeline.store.postgres.projection import PostgresProjectionTables

@@ -56,16 +56,16 @@ class ProjectionTables(Protocol):
     def pending_count(self, watermark: int, high: int) -> int:
         """How many events wait to be folded."""
 
-    def pending_rows(self, watermark: int, high: int) -> Iterator[tuple]:
+    def pending_rows(self, watermark: int, high: int) -> Iterator[tuple[Any, ...]]:
         """The pending events as fold rows, grouped by key."""
 
     def stored(self, keys: Sequence[Key]) -> list[StoredFold]:
         """The stored fold of each of ``keys`` that has one."""
 
-    def histories(self, keys: Sequence[Key]) -> Iterator[tuple]:
+    def histories(self, keys: Sequence[Key]) -> Iterator[tuple[Any, ...]]:
         """Every event of ``keys`` as fold rows, grouped by key (through the resource index on Postgres)."""
 
-    def replace(self, cuts: Sequence[tuple[Key, int]], states: Iterable[tuple], intervals: Iterable[tuple]) -> None:
+    def replace(self, cuts: Sequence[tuple[Key, int]], states: Iterable[tuple[Any, ...]], intervals: Iterable[tuple[Any, ...]]) -> None:
         """For each (key, n): drop its state row and its intervals numbered n or more; then write the rows."""
 
     def fold_in_sql(self, watermark: int, high: int, *, full: bool) -> int:

@@ -31,7 +31,8 @@ def api_writes(context: dg.SensorEvaluationContext, store: TallyStore) -> dg.Sen
     # A sync or a landing run already records its own writes; record only a count nobody recorded, so
     # automation does not start a projection run for writes the projection already folded.
     latest = context.instance.get_latest_materialization_event(dg.AssetKey("event_log"))
-    recorded = latest.asset_materialization.metadata.get("dagster/row_count") if latest else None
+    materialization = latest.asset_materialization if latest else None
+    recorded = materialization.metadata.get("dagster/row_count") if materialization else None
     if events != before[0] and (recorded is None or recorded.value != events):
         written += [
             dg.AssetMaterialization("event_log", metadata={

@@ -18,7 +18,7 @@ def projection_metadata(db: TallyDatabase, result: RefreshResult | None, by: str
     statuses = db.resource_statuses()
     intervals, open_intervals = db.interval_counts()
     watermark = db.projection_watermark()
-    done = {"refreshed_by": by}
+    done: dict[str, Any] = {"refreshed_by": by}
     if result is not None:
         done |= {"refolded_resources": result.resources, "refresh_seconds": round(result.seconds, 4)}
     return {

@@ -46,10 +46,10 @@ def sync(rt: Runtime, cloud: str, run_key: str | None, at: str | None, as_json: 
             f"skipped {run.skipped}; {drift}"
         )
         for rtype, outcome in run.per_type.items():
-            state = f"{outcome['listed']} listed" if outcome["status"] == "enumerated" else f"FAILED: {outcome['reason']}"
-            skipped = sum(outcome["skipped"].values())
-            click.echo(f"  {rtype:14} {state}, {outcome['corrections']} corrections, {outcome['deferred']} deferred"
-                       + (f", {skipped} skipped" if skipped else "") + (", guard tripped" if outcome["guard_tripped"] else ""))
+            state = f"{outcome.listed} listed" if outcome.status == "enumerated" else f"FAILED: {outcome.reason}"
+            skipped = outcome.skipped_total
+            click.echo(f"  {rtype:14} {state}, {outcome.corrections} corrections, {outcome.deferred} deferred"
+                       + (f", {skipped} skipped" if skipped else "") + (", guard tripped" if outcome.guard_tripped else ""))
     if run.status == "failed":
         raise SystemExit(1)
 

@@ -150,9 +150,9 @@ def test_unreadable_items_are_skipped_counted_and_never_deleted(store) -> None:
         fake.patch("fip-bare", drop=("created_at", "updated_at"))  # neutron without the timestamp extension
         run = sync(store, fake, "image", "floating_ip")
     assert run.status == "succeeded" and run.deleted == 0
-    assert run.per_type["image"]["skipped"] == {"no_project": 1}
-    assert run.per_type["floating_ip"]["skipped"] == {"no_created_at": 1}
-    assert (run.per_type["image"]["listed"], run.per_type["floating_ip"]["listed"], run.skipped) == (1, 1, 2)
+    assert run.per_type["image"].skipped == {"no_project": 1}
+    assert run.per_type["floating_ip"].skipped == {"no_created_at": 1}
+    assert (run.per_type["image"].listed, run.per_type["floating_ip"].listed, run.skipped) == (1, 1, 2)
     assert deleted_at(store, "image", "img-orphan") is None and deleted_at(store, "floating_ip", "fip-bare") is None
     assert sync_runs(store, cloud=CLOUD)[0]["skipped"] == 2
 

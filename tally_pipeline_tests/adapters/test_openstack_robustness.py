@@ -84,13 +84,13 @@ def test_a_run_stops_listing_at_its_time_bound(tmp_path) -> None:
         runtime.close()
     run = done["run"]
     for rtype in ("floating_ip", "load_balancer"):
-        assert (run.per_type[rtype]["status"], run.per_type[rtype]["code"]) == ("failed", "run_time_bound"), rtype
+        assert (run.per_type[rtype].status, run.per_type[rtype].code) == ("failed", "run_time_bound"), rtype
     assert load_balancer_requests == []  # not even asked
     assert query(database, "SELECT count(*) FROM events WHERE event_type = 'sync.delete'")[0][0] == 0  # fip-gone stays
-    if run.per_type["volume"]["status"] == "enumerated":  # listed inside the bound: reconciled
+    if run.per_type["volume"].status == "enumerated":  # listed inside the bound: reconciled
         assert (run.status, run.created) == ("partial", 2)
     else:
-        assert (run.status, run.per_type["volume"]["code"]) == ("failed", "run_time_bound")
+        assert (run.status, run.per_type["volume"].code) == ("failed", "run_time_bound")
 
 
 def test_a_listing_restarts_once_when_its_marker_vanished_and_nova_needs_none(tmp_path) -> None:

@@ -85,7 +85,7 @@ def reconciliation_defs(clouds: list[str]) -> dg.Definitions:
             log(f"{cloud}: {run.status}; created {run.created}, updated {run.updated}, deleted {run.deleted}, "
                 f"recovered {run.recovered}, deferred {run.deferred}; drift {(run.drift or 0.0):.2%}"
                 + (f"; {run.error}" if run.error else ""))
-            rows = [[rtype, o["status"], o["listed"], o["corrections"], o["deferred"], (o["reason"] or "")[:80]]
+            rows = [[rtype, o.status, o.listed, o.corrections, o.deferred, (o.reason or "")[:80]]
                     for rtype, o in run.per_type.items()]
             if run.status == "failed":
                 failures.append((cloud, run.error, rows))

@@ -13,6 +13,7 @@ from typing import Annotated, Any, Literal, TypedDict
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from tally_pipeline.core.errors import TallyError
 from tally_pipeline.redaction import redact, remember_url_password, yaml_error_text
 from tally_pipeline.schemas import default_registry
 
@@ -20,7 +21,7 @@ DEFAULT_DATABASE = "duckdb://.tally/tally.duckdb"
 CONFIG_ENV = "TALLY_CONFIG"
 
 
-class ConfigError(ValueError):
+class ConfigError(TallyError, ValueError):
     """A configuration that cannot be used; the message names the file and the key.
 
     The message is redacted: a YAML error quotes the offending line, which may be the database URL.
@@ -28,6 +29,13 @@ class ConfigError(ValueError):
 
     def __init__(self, message: str):
         super().__init__(redact(message))
+
+
+class UnknownCloud(TallyError, KeyError):
+    """A cloud name the configuration does not list."""
+
+    def __str__(self) -> str:
+        return str(self.args[0])
 
 
 class _Strict(BaseModel):

@@ -7,16 +7,11 @@ from datetime import datetime
 from functools import cached_property
 from typing import Any
 
-from tally_pipeline.config import TallyConfig, load_config
+from tally_pipeline.config import TallyConfig, UnknownCloud, load_config
 from tally_pipeline.core.registry import SizeSchemaRegistry
 from tally_pipeline.schemas import default_registry, load_registry
 from tally_pipeline.services.ingest import Ingestor
 from tally_pipeline.store import Store, open_store
-
-
-class UnknownCloud(KeyError):
-    def __str__(self) -> str:
-        return str(self.args[0])
 
 
 @dataclass

@@ -13,6 +13,8 @@ from collections.abc import Callable, Iterator, Sequence
 from datetime import datetime
 from typing import Protocol, runtime_checkable
 
+from tally_pipeline.core.errors import TallyError
+
 # The platform's answers, re-exported: the adapters' vocabulary.
 from tally_pipeline.core.platform import INSUFFICIENT_SCOPE as INSUFFICIENT_SCOPE
 from tally_pipeline.core.platform import Confirmation as Confirmation
@@ -30,7 +32,7 @@ from tally_pipeline.core.platform import TypeListing as TypeListing
 RUN_TIME_BOUND = "run_time_bound"
 
 
-class AdapterError(RuntimeError):
+class AdapterError(TallyError, RuntimeError):
     """A failure listing one type; the message becomes that type's ``failed(reason)``."""
 
     #: A code for rules and alerts (``Failed.code``); None for an ordinary failure.

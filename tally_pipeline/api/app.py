@@ -39,10 +39,9 @@ from tally_pipeline.api.http import (  # noqa: F401  (re-exported: tests and the
 )
 from tally_pipeline.api.metrics import CONTENT_TYPE, store_families
 from tally_pipeline.redaction import MASK, mask_credentials, redact
-from tally_pipeline.runtime import UnknownCloud
+from tally_pipeline.services.errors import StoreBusy, StoreUnavailable, SyncInProgress, UnknownCloud
 from tally_pipeline.services.ingest import MAX_BATCH, BatchOutcome, BodyItemTexts
-from tally_pipeline.services.reconciliation import SyncInProgress
-from tally_pipeline.store.base import RejectedRow, StoreBusy, StoreUnavailable
+from tally_pipeline.store.base import RejectedRow
 
 log = logging.getLogger("tally.api")
 

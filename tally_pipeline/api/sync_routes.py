@@ -20,8 +20,9 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from tally_pipeline.api.http import JSON, ApiContext, ApiError, checked_text, error, principal_of, require
-from tally_pipeline.services.reconciliation import SyncInProgress, leases_of
-from tally_pipeline.services.reconciliation_launch import FINISHED, LocalExecutor, ShuttingDown, SyncLauncher
+from tally_pipeline.services.errors import ShuttingDown, SyncInProgress
+from tally_pipeline.services.reconciliation import leases_of
+from tally_pipeline.services.reconciliation_launch import FINISHED, LocalExecutor, SyncLauncher
 
 #: The longest ``?wait`` in seconds: below the read timeout of the shipped proxy (deploy/proxy, 120 s)
 #: and of most load balancers, so a waiting caller gets its answer, not a gateway timeout.

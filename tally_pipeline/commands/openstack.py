@@ -10,7 +10,8 @@ import click
 from tally_pipeline.commands._options import group_of, with_runtime
 from tally_pipeline.core.platform import INSUFFICIENT_SCOPE
 from tally_pipeline.core.type_summary import summaries_from_json
-from tally_pipeline.runtime import Runtime, UnknownCloud
+from tally_pipeline.runtime import Runtime
+from tally_pipeline.services.errors import UnknownCloud
 
 
 @click.command("check")

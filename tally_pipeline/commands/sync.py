@@ -8,7 +8,8 @@ import click
 
 from tally_pipeline.commands._options import with_runtime
 from tally_pipeline.core.timeutil import TimestampError, format_rfc3339, parse_rfc3339
-from tally_pipeline.runtime import Runtime, UnknownCloud
+from tally_pipeline.runtime import Runtime
+from tally_pipeline.services.errors import UnknownCloud
 
 
 def _default(value):

@@ -21,8 +21,10 @@ import jsonschema
 import orjson
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from tally_pipeline.core.errors import TallyError
 
-class RegistryError(ValueError):
+
+class RegistryError(TallyError, ValueError):
     """A type definition that cannot be used (bad JSON Schema, bad meter)."""
 
 

@@ -5,6 +5,8 @@ from __future__ import annotations
 import re
 from datetime import UTC, datetime
 
+from tally_pipeline.core.errors import TallyError
+
 _RFC3339 = re.compile(
     r"^\d{4}-\d{2}-\d{2}[Tt ]\d{2}:\d{2}:\d{2}(\.\d{1,9})?([Zz]|[+-]\d{2}:\d{2})$"
 )
@@ -15,7 +17,7 @@ _RFC3339 = re.compile(
 _PLAIN_UTC = re.compile(r"[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}(?:\.([0-9]{1,6}))?(?:Z|\+00:00)")
 
 
-class TimestampError(ValueError):
+class TimestampError(TallyError, ValueError):
     """A string that is not an RFC 3339 timestamp with an offset."""
 
 

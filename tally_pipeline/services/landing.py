@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
+from tally_pipeline.core.errors import TallyError
 from tally_pipeline.core.jsontext import BadJson, decode_item, loads_exact
 
 _BATCH_DOC = re.compile(rb'^\s*\{\s*"events"\s*:\s*\[')
@@ -43,11 +44,11 @@ class BadLine:
     message: str
 
 
-class LandingFileError(ValueError):
+class LandingFileError(TallyError, ValueError):
     pass
 
 
-class LandingPathError(ValueError):
+class LandingPathError(TallyError, ValueError):
     """A landing file name that would reach outside the configured ``landing_dir``."""
 
 

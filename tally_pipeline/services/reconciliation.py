@@ -34,6 +34,7 @@ from tally_pipeline.adapters.base import (
     list_type,
 )
 from tally_pipeline.core import reconcile as rules
+from tally_pipeline.core.errors import TallyError
 from tally_pipeline.core.timeutil import to_utc
 from tally_pipeline.core.type_summary import TypeSummary
 from tally_pipeline.services import projection
@@ -58,7 +59,7 @@ def leases_of(lock_lease: float = LOCK_LEASE_S) -> runs_sql.Leases:
     return runs_sql.Leases(renewal=timedelta(seconds=lock_lease), reservation=RESERVATION_LEASE)
 
 
-class SyncInProgress(RuntimeError):
+class SyncInProgress(TallyError, RuntimeError):
     """Another run holds the cloud's lock; ``run_id`` names it when known."""
 
     def __init__(self, message: str, run_id: str | None = None):
@@ -66,7 +67,7 @@ class SyncInProgress(RuntimeError):
         self.run_id = run_id
 
 
-class LockLost(RuntimeError):
+class LockLost(TallyError, RuntimeError):
     """The run's lock expired or was taken over (its renewals failed for a whole lease): it stops writing."""
 
 

@@ -8,8 +8,6 @@ from typing import Any
 
 import click
 
-from tally_pipeline.commands._options import group_of
-
 TOKEN_ENV = "TALLY_COLLECTOR_TOKEN"
 PASSWORD_ENV = "TALLY_COLLECTOR_TRANSPORT_PASSWORD"
 
@@ -209,9 +207,3 @@ def bench_collect(messages: int, database: str, transport_url: str, batch_size: 
         for bar in bars.values():
             bar.close()
     click.echo(json.dumps(report, indent=2))
-
-
-def register(main: click.Group) -> None:
-    group_of(main, "collect", "Collectors: read a cloud's own event stream into the ingest API.").add_command(
-        collect_openstack)
-    group_of(main, "bench", "Benchmarks: each prints its measurements as JSON.").add_command(bench_collect)

@@ -41,7 +41,3 @@ def demo(clouds: int, hours: float, loss: float, duplicates: float, seed: int, d
     figures = report(run)
     picture(run, Path(figures["picture"]))
     click.echo(json.dumps(figures, indent=2) if as_json else text(figures))
-
-
-def register(main: click.Group) -> None:
-    main.add_command(demo)

@@ -49,7 +49,3 @@ def _ingest_files(rt: Runtime, files: tuple[Path, ...], as_json: bool, quiet: bo
             click.echo(line + (f" ({reasons})" if reasons else ""))
             if summary.error:
                 click.echo(f"{path}: stopped: {summary.error}", err=True)
-
-
-def register(main: click.Group) -> None:
-    main.add_command(ingest)

@@ -8,7 +8,7 @@ from typing import Any
 
 import click
 
-from tally_pipeline.commands._options import group_of, with_runtime
+from tally_pipeline.commands._options import with_runtime
 from tally_pipeline.core.timeutil import TimestampError, format_rfc3339, parse_rfc3339
 from tally_pipeline.redaction import redact
 from tally_pipeline.runtime import Runtime
@@ -173,12 +173,3 @@ def bench_post_command(
         keep=keep,
     )
     _echo(figures)
-
-
-def register(main: click.Group) -> None:
-    main.add_command(post_usage_command)
-    from tally_pipeline.commands.bench import bench_group
-
-    group_of(main, "ledger", "The usage ledger: postings and checkpoints.").add_command(verify_command)
-    group_of(main, "usage", "Usage computed from the lifecycles.").add_command(daily_command)
-    bench_group(main).add_command(bench_post_command)

@@ -7,7 +7,7 @@ import json
 
 import click
 
-from tally_pipeline.commands._options import group_of, with_runtime
+from tally_pipeline.commands._options import with_runtime
 from tally_pipeline.core.platform import INSUFFICIENT_SCOPE
 from tally_pipeline.core.type_summary import summaries_from_json
 from tally_pipeline.runtime import Runtime
@@ -86,7 +86,3 @@ def _print(result, latest) -> None:
         if o.guard_tripped:
             click.echo(f"    {rtype}: mass-delete guard held {o.deferred_by_reason.get('mass_delete_guard', 0)} "
                        "deletes")
-
-
-def register(main: click.Group) -> None:
-    group_of(main, "openstack", "OpenStack clouds: credentials and scope.").add_command(check)

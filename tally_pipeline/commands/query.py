@@ -119,9 +119,3 @@ def refresh(rt: Runtime) -> None:
 def rebuild(rt: Runtime) -> None:
     """Re-fold every resource from its full history (gives the same tables as incremental refreshes)."""
     click.echo(json.dumps(projection.rebuild(rt.store).as_json()))
-
-
-def register(main: click.Group) -> None:
-    main.add_command(history)
-    main.add_command(inventory)
-    main.add_command(projection_group)

@@ -66,7 +66,3 @@ def serve(rt: Runtime, host: str | None, port: int | None, tokens_file: Path | N
     finally:
         if own_dir is not None:
             shutil.rmtree(own_dir, ignore_errors=True)
-
-
-def register(main: click.Group) -> None:
-    main.add_command(serve)

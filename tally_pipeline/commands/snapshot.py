@@ -25,7 +25,3 @@ def snapshot(rt: Runtime, directory: Path | None) -> None:
         taken = write_snapshot(rt.store, directory)
     click.echo(json.dumps({"directory": str(taken.directory), "written_at": taken.written_at.isoformat(),
                            "rows": taken.rows}, indent=2))
-
-
-def register(main: click.Group) -> None:
-    main.add_command(snapshot)

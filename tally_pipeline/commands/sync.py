@@ -107,9 +107,3 @@ def sync_remote(rt: Runtime, api_url: str, clouds: tuple[str, ...], token: str |
                    + (f"; {outcome['error']}" if outcome["error"] else ""))
     if any(run.failed for run in runs):
         raise SystemExit(1)
-
-
-def register(main: click.Group) -> None:
-    main.add_command(sync)
-    main.add_command(sync_runs)
-    main.add_command(sync_remote)

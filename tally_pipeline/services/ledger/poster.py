@@ -353,7 +353,7 @@ def post_batch(uow: UnitOfWork, cycle: _Cycle, keys: Sequence[EntityKey], number
         sql.plan_per_batch(uow)
         # before the row locks (see store.ledger_late): the totals and the late usage below are
         # both read at this watermark, which the advanced checkpoints record
-        watermark = ledger_late.pin_watermark(uow, sql.dialect)
+        watermark = ledger_late.pin_watermark(uow, sql)
         checkpoints = ledger_checkpoints.lock_batch(uow, sql, keys)
         cycle.on_stage("batch_locked", {"batch": number, "entities": len(keys)})
 
@@ -420,7 +420,7 @@ def _late(
         moved = cycle.late.get(memo)
         if moved is None:
             moved = cycle.late[memo] = late_usage(
-                uow, cycle.sql.dialect, cycle.by_name.values(), since=since, upto=watermark, start=start,
+                uow, cycle.sql, cycle.by_name.values(), since=since, upto=watermark, start=start,
                 end=cycle.window.boundary,
             )
         if key in moved:

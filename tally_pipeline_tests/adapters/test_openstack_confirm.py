@@ -16,7 +16,7 @@ from tally_pipeline.services.reconciliation import run_sync, sync_runs
 from tally_pipeline.store import open_store
 from tally_pipeline_tests.adapters.openstack_cloud import NOW, SDK_NOISE, SMALL, T0, config, record, running_fake
 
-pytestmark = SDK_NOISE
+pytestmark = [*SDK_NOISE, pytest.mark.slow]
 CLOUD = "os"
 TICK = NOW - timedelta(minutes=30)  # the schedule's tick; the fake's clock (NOW) is when it answers
 

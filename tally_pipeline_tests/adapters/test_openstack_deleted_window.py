@@ -8,6 +8,8 @@ from __future__ import annotations
 from dataclasses import replace
 from datetime import timedelta
 
+import pytest
+
 from tally_pipeline.adapters.openstack import OpenStackAdapter
 from tally_pipeline.config import OpenStackCloud
 from tally_pipeline.services import queries
@@ -23,7 +25,7 @@ from tally_pipeline_tests.adapters.openstack_cloud import (
 )
 from tally_pipeline_tests.adapters.sync_cli import known, query, tally_sync, write_config
 
-pytestmark = SDK_NOISE
+pytestmark = [*SDK_NOISE, pytest.mark.slow]
 CLOUD = "region-one"
 
 

@@ -24,7 +24,7 @@ from tally_pipeline_tests.adapters.openstack_cloud import NOW, SDK_NOISE, SMALL,
 from tally_pipeline_tests.adapters.sync_cli import known, query, tally_sync, write_config
 from tally_pipeline_tests.faults import migrate, wait_until
 
-pytestmark = SDK_NOISE
+pytestmark = [*SDK_NOISE, pytest.mark.slow]
 CLOUD = "region-one"
 VOL = {"gb": 1, "volume_type": None}
 

@@ -11,6 +11,8 @@ from __future__ import annotations
 from dataclasses import replace
 from datetime import timedelta
 
+import pytest
+
 from tally_pipeline.adapters.openstack import OpenStackAdapter
 from tally_pipeline.schemas import default_registry
 from tally_pipeline.services import queries
@@ -19,7 +21,7 @@ from tally_pipeline.services.reconciliation import run_sync
 from tally_pipeline.store import open_store
 from tally_pipeline_tests.adapters.openstack_cloud import NOW, SDK_NOISE, SMALL, T0, config, record, running_fake
 
-pytestmark = SDK_NOISE
+pytestmark = [*SDK_NOISE, pytest.mark.slow]
 CLOUD = "os"
 SOFT = NOW - timedelta(hours=5)
 RESTORE = NOW - timedelta(hours=2)

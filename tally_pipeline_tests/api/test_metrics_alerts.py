@@ -6,6 +6,7 @@ import re
 from datetime import UTC, datetime
 from pathlib import Path
 
+import pytest
 import yaml
 from starlette.testclient import TestClient
 
@@ -15,6 +16,8 @@ from tally_pipeline.fakes.static_view import StaticView
 from tally_pipeline.runtime import Runtime
 from tally_pipeline.services.reconciliation import run_sync
 from tally_pipeline_tests.events import event
+
+pytestmark = pytest.mark.slow  # a real process or a long property search per test
 
 ROOT = Path(__file__).resolve().parents[2]
 ALERTS = ("TallyCloudEventsSilent", "TallySyncErrors", "TallySyncStale", "TallyReconciliationDriftHigh",

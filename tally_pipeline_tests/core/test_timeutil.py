@@ -59,6 +59,7 @@ def _shortcut(value: str) -> tuple[datetime, str] | str:
         return str(exc)
 
 
+@pytest.mark.slow
 @settings(max_examples=2000, deadline=None)
 @given(st.one_of(timestamps(), st.text(max_size=40)))
 @example("2026-03-01T12:00:00.000000Z")

@@ -19,6 +19,8 @@ from tally_pipeline.services.ingest import Ingestor
 from tally_pipeline.sim.platform import PlatformRecord
 from tally_pipeline.store import asset_reads
 
+pytestmark = pytest.mark.slow  # a real process or a long property search per test
+
 T0 = datetime(2026, 3, 1, tzinfo=UTC)
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from datetime import datetime
 
 import orjson
@@ -44,12 +45,14 @@ def ledger_skips(store: Store) -> list[rules.LedgerSkip]:
     return [rules.LedgerSkip(r.cloud, r.project_id, r.meter, r.reason, r.excluded_intervals) for r in rows]
 
 
-def evaluate(store: Store, clouds: list[str], now: datetime, settings: rules.AlertSettings) -> dict[str, rules.Condition]:
+def evaluate(store: Store, clouds: list[str], now: datetime, settings: rules.AlertSettings,
+             misconfigured: Mapping[str, str] | None = None) -> dict[str, rules.Condition]:
+    """Every alert over ``clouds``; ``misconfigured`` (cloud -> reason) fires sync_errors for those clouds."""
     runs = last_runs(store)
     return {
         "events_silent": rules.events_silent(activity(store), now, settings),
         "sync_stale": rules.sync_stale(clouds, last_success(store), now, settings),
-        "sync_errors": rules.sync_errors(runs),
+        "sync_errors": rules.sync_errors(runs, misconfigured),
         "drift_high": rules.drift_high(runs, settings),
         "ledger_entities_skipped": rules.ledger_entities_skipped(ledger_skips(store)),
     }

@@ -79,13 +79,16 @@ def sync_stale(clouds: Iterable[str], last_success: Mapping[str, datetime], now:
     return Condition("TallySyncStale", bool(stale), tuple(sorted(stale)), message, stale)
 
 
-def sync_errors(last_runs: Iterable[LastRun]) -> Condition:
+def sync_errors(last_runs: Iterable[LastRun], misconfigured: Mapping[str, str] | None = None) -> Condition:
     """TallySyncErrors: a cloud's latest sync failed, or listed some types only (partial: a listing
     failed, the credentials could not see every project, the mass-delete guard held deletes), or left
     something it could not reconcile or had to guess: deletes the platform did not confirm, items it
-    could not read, resources booked after too long in transition. Each changes what is billed."""
-    broken = {}
+    could not read, resources booked after too long in transition. Each changes what is billed.
+    A cloud whose config entry is invalid (``misconfigured``: cloud -> reason) cannot sync at all."""
+    broken = {c: f"misconfigured: {reason}" for c, reason in (misconfigured or {}).items()}
     for r in last_runs:
+        if r.cloud in broken:
+            continue
         if r.status in ("failed", "partial"):
             broken[r.cloud] = f"{r.status}: {r.error or 'no detail'}"
         elif r.unconfirmed or r.skipped or r.stuck_transition:

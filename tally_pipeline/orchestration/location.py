@@ -44,7 +44,7 @@ class Location:
         return runtime_for(self.config_path, self.database).config
 
     def cloud_names(self) -> list[str]:
-        return sorted(self.clouds) if self.clouds is not None else sorted(self.config.clouds)
+        return sorted(self.clouds) if self.clouds is not None else self.config.cloud_names()
 
 
 _described: ContextVar[Location | None] = ContextVar("tally_location", default=None)

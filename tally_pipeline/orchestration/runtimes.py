@@ -1,6 +1,10 @@
 """One Runtime per (config file, database) and process: the config is read and validated once, the
 store (a Postgres pool, or a DuckDB file opened per unit of work) is shared by every resource, sensor
 tick and run step of the process, and closed when the process exits.
+
+A cloud whose entry is invalid is set aside, not fatal (``load_config(isolate_clouds=True)``): the
+code location still loads, the other clouds keep their schedules, syncs and alert sensors, and the bad
+cloud's syncs fail at once with the reason.
 """
 
 from __future__ import annotations
@@ -29,7 +33,7 @@ def runtime_for(config_path: str | None, database: str | None = None) -> Runtime
     with _lock:
         runtime = _runtimes.get(key)
         if runtime is None:
-            runtime = _runtimes[key] = Runtime.load(key[0], database=key[1])
+            runtime = _runtimes[key] = Runtime.load(key[0], database=key[1], isolate_clouds=True)
             while len(_runtimes) > KEPT:
                 _, oldest = _runtimes.popitem(last=False)
                 oldest.close()

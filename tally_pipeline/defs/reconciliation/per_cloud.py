@@ -65,6 +65,9 @@ def reconciliation_defs(clouds: list[str]) -> dg.Definitions:
         header = ["type", "status", "listed", "corrections", "deferred", "reason"]
         failures = []
         for cloud in context.partition_keys:
+            reason = store.config.misconfigured_clouds.get(cloud)
+            if reason is not None:  # fail at once, the reason first (the other clouds are unaffected)
+                raise dg.Failure(f"cloud {cloud!r} is misconfigured: {reason}")
             if cloud not in store.config.clouds and cloud not in clouds:
                 raise dg.Failure(f"cloud {cloud!r} is not configured")
         if CLOUD not in tags and len(context.partition_keys) == 1:

@@ -1,0 +1,113 @@
+"""The code location under failure and change, loaded as Dagster's code server loads it (issue #29):
+one bad cloud never silences the rest, checks are never stale, partial is not success, config edits
+apply everywhere alike."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import dagster as dg
+import pytest
+from dagster._core.definitions.definitions_load_context import DefinitionsLoadContext
+from dagster._core.types.loadable_target_origin import LoadableTargetOrigin
+from dagster._grpc.server import LoadedRepositories
+
+from tally_pipeline.orchestration.runtimes import close_all
+from tally_pipeline.runtime import Runtime
+
+ROOT = Path(__file__).resolve().parents[2]
+GOOD = "demo-a: {provider: simulated, seed: 1, resources: 20, hours: 6}\n"
+TYPO = "demo-b: {provider: simulated, seed: 2, resorces: 20}\n"  # misspelled key
+
+
+def write_config(tmp_path: Path, clouds: str, extra: str = "") -> Path:
+    config = tmp_path / "tally.yaml"
+    indented = "".join(f"  {line}\n" for line in clouds.splitlines())
+    config.write_text(f"database: duckdb://{tmp_path / 'tally.duckdb'}\nclouds:\n{indented}{extra}")
+    return config
+
+
+@pytest.fixture
+def location(tmp_path, monkeypatch) -> Iterator:
+    """Load the code location from TALLY_CONFIG exactly as the code server does (LoadedRepositories over
+    the module workspace.yaml names); yields a loader taking the config file."""
+    saved = DefinitionsLoadContext._instance
+
+    def load(config: Path) -> dg.RepositoryDefinition:
+        monkeypatch.setenv("TALLY_CONFIG", str(config))
+        monkeypatch.delenv("TALLY_DATABASE", raising=False)
+        rt = Runtime.load(str(config), isolate_clouds=True)
+        rt.store.migrate()
+        rt.close()
+        origin = LoadableTargetOrigin(executable_path=sys.executable, module_name="tally_pipeline.definitions",
+                                      working_directory=str(ROOT))
+        loaded = LoadedRepositories(origin, container_image=None, entry_point=[], container_context=None)
+        [repo] = loaded.definitions_by_name.values()
+        return repo
+
+    yield load
+    DefinitionsLoadContext._instance = saved
+    close_all()  # the processes' runtimes hold the test's DuckDB file
+
+
+def sensor_tick(repo: dg.RepositoryDefinition, name: str, instance: dg.DagsterInstance, cursor: str | None = None):
+    sensor = repo.get_sensor_def(name)
+    # the resources the repository binds, as the daemon hands them to the tick
+    with dg.build_sensor_context(instance=instance, cursor=cursor, repository_def=repo,
+                                 resources=dict(repo.get_top_level_resources())) as context:
+        return sensor.evaluate_tick(context), context.cursor
+
+
+def evaluations(result) -> dict[str, dg.AssetCheckEvaluation]:
+    return {e.check_name: e for e in result.asset_events or [] if isinstance(e, dg.AssetCheckEvaluation)}
+
+
+def test_a_bad_cloud_entry_leaves_the_other_clouds_running(location, tmp_path) -> None:
+    if True:
+        repo = location(write_config(tmp_path, GOOD + TYPO))
+        instance = dg.DagsterInstance.ephemeral()
+        # The location loaded: schedules, syncs and every alert sensor are there.
+        assert {s.name for s in repo.schedule_defs} >= {"reconciliation_schedule"}
+        assert {"sync_errors_sensor", "sync_stale_sensor", "events_silent_sensor", "drift_high_sensor"} <= {
+            s.name for s in repo.sensor_defs}
+        job = repo.get_job("reconciliation")
+        assert set(job.partitions_def.get_partition_keys()) == {"demo-a", "demo-b"}
+        # The healthy cloud syncs.
+        good = job.execute_in_process(partition_key="demo-a", instance=instance)
+        assert good.success
+        # The bad cloud's sync fails at once, its one-line reason naming the key.
+        bad = job.execute_in_process(partition_key="demo-b", instance=instance, raise_on_error=False)
+        assert not bad.success
+        [failure] = [e for e in bad.all_events if e.event_type_value == "STEP_FAILURE"]
+        message = failure.step_failure_data.error.message
+        assert "clouds.demo-b.simulated.resorces: unknown key" in message.splitlines()[0]
+        # The sync_errors check says the cloud is misconfigured.
+        result, _ = sensor_tick(repo, "sync_errors_sensor", instance)
+        check = evaluations(result)["sync_errors"]
+        assert not check.passed and check.severity == dg.AssetCheckSeverity.ERROR
+        assert "demo-b misconfigured" in check.description and "resorces: unknown key" in check.description
+
+
+@pytest.mark.parametrize(("text", "reason"), [
+    ("database: [unclosed\n", "not valid YAML"),
+    ("database: mysql://tally@db/tally\n", "database: Value error, must be a duckdb:///path or postgresql"),
+])
+def test_a_config_that_cannot_load_leads_with_its_reason(tmp_path, text, reason) -> None:
+    config = tmp_path / "tally.yaml"
+    config.write_text(text)
+    env = {**os.environ, "TALLY_CONFIG": str(config), "DAGSTER_HOME": str(tmp_path)}
+    env.pop("TALLY_DATABASE", None)
+    (tmp_path / "dagster.yaml").write_text("")
+    # as in a terminal: one stream, in the order written
+    proc = subprocess.run([str(Path(sys.executable).with_name("dg")), "check", "defs"], cwd=ROOT, env=env,
+                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=300)
+    assert proc.returncode != 0
+    lines = [line for line in proc.stdout.splitlines() if line.strip()]
+    first = next(i for i, line in enumerate(lines) if "tally:" in line)
+    assert reason in lines[first] and "tally.yaml" in lines[first]
+    trace = next(i for i, line in enumerate(lines) if "Traceback" in line or "Stack Trace" in line)
+    assert first < trace

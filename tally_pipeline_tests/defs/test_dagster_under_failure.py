@@ -111,3 +111,52 @@ def test_a_config_that_cannot_load_leads_with_its_reason(tmp_path, text, reason)
     assert reason in lines[first] and "tally.yaml" in lines[first]
     trace = next(i for i, line in enumerate(lines) if "Traceback" in line or "Stack Trace" in line)
     assert first < trace
+
+
+FAILING = ("demo-a: {provider: simulated, seed: 1, resources: 20, hours: 6, failing_types: "
+           "{instance: error, volume: error, floating_ip: error, image: error, load_balancer: error}}\n")
+SYNC_SENSORS = ("sync_stale_sensor", "sync_errors_sensor", "drift_high_sensor")
+
+
+def latest_check(instance: dg.DagsterInstance, check: str):
+    key = dg.AssetCheckKey(dg.AssetKey("sync_runs"), check)
+    return instance.event_log_storage.get_latest_asset_check_execution_by_key([key])[key]
+
+
+def test_checks_are_true_on_the_tick_after_a_failed_ui_run(location, tmp_path) -> None:
+    repo = location(write_config(tmp_path, FAILING))
+    instance = dg.DagsterInstance.ephemeral()
+    cursors = {}
+    for name in SYNC_SENSORS:  # the sensors have looked once already: their state is in their cursors
+        _, cursors[name] = sensor_tick(repo, name, instance)
+    # The UI's Materialize on sync_runs: the implicit asset job, the asset and its checks selected.
+    ui_job = repo.get_implicit_global_asset_job_def()
+    run = ui_job.execute_in_process(partition_key="demo-a", instance=instance, raise_on_error=False,
+                                    asset_selection=[dg.AssetKey("sync_runs"), dg.AssetKey("sync_deferrals")])
+    assert not run.success
+    # One tick of each sensor later, every check says its true state, as the daemon records it.
+    for name in SYNC_SENSORS:
+        result, _ = sensor_tick(repo, name, instance, cursor=cursors[name])
+        for event in result.asset_events:
+            instance.report_runless_asset_event(event)
+    latest = {check: latest_check(instance, check) for check in ("sync_errors", "sync_stale", "drift_high")}
+    assert {check: r.status.value for check, r in latest.items()} == {
+        "sync_errors": "FAILED",  # firing: the sync failed
+        "sync_stale": "FAILED",  # it never succeeded
+        "drift_high": "SUCCEEDED",  # nothing was corrected
+    }
+    # each the sensor's word, not the failed run's (whose check steps never ran: "Execution failed")
+    assert all(r.run_id != run.run_id for r in latest.values())
+
+
+def test_an_unchanged_state_is_reported_every_tick_and_logged_once(location, tmp_path, capfd) -> None:
+    repo = location(write_config(tmp_path, FAILING))
+    instance = dg.DagsterInstance.ephemeral()
+    repo.get_job("reconciliation").execute_in_process(partition_key="demo-a", instance=instance, raise_on_error=False)
+    capfd.readouterr()
+    cursor = None
+    for _ in range(3):
+        result, cursor = sensor_tick(repo, "sync_errors_sensor", instance, cursor=cursor)
+        assert not evaluations(result)["sync_errors"].passed  # reported on every tick
+    logged = [line for line in capfd.readouterr().err.splitlines() if "TallySyncErrors" in line]
+    assert len(logged) == 1 and "FIRING" in logged[0]  # the terminal hears the change only

@@ -160,3 +160,23 @@ def test_an_unchanged_state_is_reported_every_tick_and_logged_once(location, tmp
         assert not evaluations(result)["sync_errors"].passed  # reported on every tick
     logged = [line for line in capfd.readouterr().err.splitlines() if "TallySyncErrors" in line]
     assert len(logged) == 1 and "FIRING" in logged[0]  # the terminal hears the change only
+
+
+def step_failure(result) -> str:
+    [failure] = [e for e in result.all_events if e.event_type_value == "STEP_FAILURE"]
+    return failure.step_failure_data.error.message
+
+
+def test_a_partial_sync_is_a_failed_run_that_keeps_what_it_reconciled(location, tmp_path) -> None:
+    partial = "demo-a: {provider: simulated, seed: 1, resources: 20, hours: 6, failing_types: {volume: error}}\n"
+    repo = location(write_config(tmp_path, partial))
+    instance = dg.DagsterInstance.ephemeral()
+    result = repo.get_job("reconciliation").execute_in_process(partition_key="demo-a", instance=instance,
+                                                               raise_on_error=False)
+    assert not result.success  # the run list shows Failure, not Success
+    assert step_failure(result).splitlines()[0].endswith("Failure: partial sync: demo-a: volume: AdapterError: "
+                                                         "demo-a: listing volume failed (injected error)")
+    assert instance.get_run_by_id(result.run_id).tags["tally/sync_status"] == "partial"
+    # what it did reconcile is recorded: the materialization, with the per-type table
+    [materialized] = [e for e in result.get_asset_materialization_events() if e.asset_key == dg.AssetKey("sync_runs")]
+    assert materialized.step_materialization_data.materialization.metadata["status"].value == "partial"

@@ -37,12 +37,13 @@ def location(tmp_path, monkeypatch) -> Iterator:
     the module workspace.yaml names); yields a loader taking the config file."""
     saved = DefinitionsLoadContext._instance
 
-    def load(config: Path) -> dg.RepositoryDefinition:
+    def load(config: Path, migrate: bool = True) -> dg.RepositoryDefinition:
         monkeypatch.setenv("TALLY_CONFIG", str(config))
         monkeypatch.delenv("TALLY_DATABASE", raising=False)
-        rt = Runtime.load(str(config), isolate_clouds=True)
-        rt.store.migrate()
-        rt.close()
+        if migrate:
+            rt = Runtime.load(str(config), isolate_clouds=True)
+            rt.store.migrate()
+            rt.close()
         origin = LoadableTargetOrigin(executable_path=sys.executable, module_name="tally_pipeline.definitions",
                                       working_directory=str(ROOT))
         loaded = LoadedRepositories(origin, container_image=None, entry_point=[], container_context=None)
@@ -180,3 +181,33 @@ def test_a_partial_sync_is_a_failed_run_that_keeps_what_it_reconciled(location, 
     # what it did reconcile is recorded: the materialization, with the per-type table
     [materialized] = [e for e in result.get_asset_materialization_events() if e.asset_key == dg.AssetKey("sync_runs")]
     assert materialized.step_materialization_data.materialization.metadata["status"].value == "partial"
+
+
+def test_a_refused_database_connection_leads_with_the_drivers_reason(location, tmp_path, pg_url) -> None:
+    import uuid
+
+    import psycopg
+
+    from tally_pipeline.store import open_store
+
+    open_store(pg_url, migrate=True).close()
+    role = f"tally_denied_{uuid.uuid4().hex[:8]}"
+    dbname = pg_url.rsplit("/", 1)[1]
+    with psycopg.connect(pg_url, autocommit=True) as conn:
+        conn.execute(f'CREATE ROLE "{role}" LOGIN')
+        conn.execute(f'REVOKE CONNECT ON DATABASE "{dbname}" FROM PUBLIC')
+    try:
+        config = write_config(tmp_path, GOOD)
+        denied = pg_url.replace("postgres@", f"{role}@", 1)
+        config.write_text(config.read_text().replace(f"duckdb://{tmp_path / 'tally.duckdb'}", denied))
+        repo = location(config, migrate=False)
+        result = repo.get_job("reconciliation").execute_in_process(
+            partition_key="demo-a", instance=dg.DagsterInstance.ephemeral(), raise_on_error=False)
+        assert not result.success
+        first = step_failure(result).splitlines()[0]
+        assert "StoreUnavailable: PostgreSQL unavailable" in first and "permission denied for database" in first
+    finally:
+        close_all()
+        with psycopg.connect(pg_url, autocommit=True) as conn:
+            conn.execute(f'GRANT CONNECT ON DATABASE "{dbname}" TO PUBLIC')
+            conn.execute(f'DROP ROLE "{role}"')

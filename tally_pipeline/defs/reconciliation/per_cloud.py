@@ -13,6 +13,7 @@ from tally_pipeline.defs.ingest.metadata import cloud_activity_metadata, event_l
 from tally_pipeline.defs.projection.refresh import report_refresh
 from tally_pipeline.defs.reconciliation.requests import follow_up_requests, reconciliation_requests
 from tally_pipeline.orchestration import location
+from tally_pipeline.orchestration.failures import cause_first
 from tally_pipeline.orchestration.metadata import md_table
 from tally_pipeline.orchestration.partitions import cloud_partitions
 from tally_pipeline.orchestration.resources import AdapterSource, Clock, TallyStore
@@ -63,6 +64,10 @@ def reconciliation_defs(clouds: list[str]) -> dg.Definitions:
     )
     def sync_runs(context: dg.AssetExecutionContext, store: TallyStore, adapters: dg.ResourceParam[AdapterSource],
                   clock: dg.ResourceParam[Clock]):
+        with cause_first():  # a database that refuses us says why, first
+            yield from _sync(context, store, adapters, clock)
+
+    def _sync(context: dg.AssetExecutionContext, store: TallyStore, adapters: AdapterSource, clock: Clock):
         from tally_pipeline.sync import SyncInProgress
 
         tags = context.run.tags

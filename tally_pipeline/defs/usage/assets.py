@@ -5,6 +5,7 @@ from datetime import date
 import dagster as dg
 
 from tally_pipeline.defs.projection.refresh import refresh_and_report
+from tally_pipeline.orchestration.failures import cause_first
 from tally_pipeline.orchestration.metadata import md_table
 from tally_pipeline.orchestration.partitions import DAILY
 from tally_pipeline.orchestration.resources import Clock, TallyStore
@@ -24,23 +25,24 @@ from tally_pipeline.orchestration.tags import POOL
     ),
 )
 def usage_daily(context: dg.AssetExecutionContext, store: TallyStore, clock: dg.ResourceParam[Clock]) -> None:
-    window = context.partition_time_window
-    first, last = window.start.date(), date.fromordinal(window.end.date().toordinal() - 1)
-    refresh_and_report(context, store, "usage_daily")  # usage counts every event stored before the run
-    result = store.recompute_usage_daily(first, last, through=clock.now())
-    context.log.info(f"usage_daily {first}..{last}: {result.rows} rows, {len(result.skipped)} skipped")
-    # A range backfill is one run but one materialization per day: each carries its own day's figures.
-    by_day = store.usage_totals_by_day(first, last)
-    skipped: dict[date, int] = {}
-    for s in result.skipped:
-        skipped[s.day] = skipped.get(s.day, 0) + 1
-    for key in context.partition_keys:
-        day = date.fromisoformat(key)
-        totals = by_day.get(day, {"rows": 0, "meters": {}})
-        context.add_asset_metadata(partition_key=key, metadata={
-            "dagster/row_count": totals["rows"],
-            "day": key,
-            "computed_in_run": f"{first}..{last}",
-            "skipped": skipped.get(day, 0),
-            "totals_by_meter": md_table(["meter", "quantity"], [[m, q] for m, q in totals["meters"].items()]),
-        })
+    with cause_first():  # the run failure leads with the cause (orchestration/failures.py)
+        window = context.partition_time_window
+        first, last = window.start.date(), date.fromordinal(window.end.date().toordinal() - 1)
+        refresh_and_report(context, store, "usage_daily")  # usage counts every event stored before the run
+        result = store.recompute_usage_daily(first, last, through=clock.now())
+        context.log.info(f"usage_daily {first}..{last}: {result.rows} rows, {len(result.skipped)} skipped")
+        # A range backfill is one run but one materialization per day: each carries its own day's figures.
+        by_day = store.usage_totals_by_day(first, last)
+        skipped: dict[date, int] = {}
+        for s in result.skipped:
+            skipped[s.day] = skipped.get(s.day, 0) + 1
+        for key in context.partition_keys:
+            day = date.fromisoformat(key)
+            totals = by_day.get(day, {"rows": 0, "meters": {}})
+            context.add_asset_metadata(partition_key=key, metadata={
+                "dagster/row_count": totals["rows"],
+                "day": key,
+                "computed_in_run": f"{first}..{last}",
+                "skipped": skipped.get(day, 0),
+                "totals_by_meter": md_table(["meter", "quantity"], [[m, q] for m, q in totals["meters"].items()]),
+            })

@@ -211,3 +211,17 @@ def test_a_refused_database_connection_leads_with_the_drivers_reason(location, t
         with psycopg.connect(pg_url, autocommit=True) as conn:
             conn.execute(f'GRANT CONNECT ON DATABASE "{dbname}" TO PUBLIC')
             conn.execute(f'DROP ROLE "{role}"')
+
+
+def test_the_landing_sensor_warns_about_a_stray_folder_once(location, tmp_path, capfd) -> None:
+    landing = tmp_path / "landing"
+    (landing / "not-a-day").mkdir(parents=True)
+    repo = location(write_config(tmp_path, GOOD, extra=f"landing_dir: {landing}\n"))
+    instance = dg.DagsterInstance.ephemeral()
+    capfd.readouterr()
+    cursor = None
+    for _ in range(3):
+        result, cursor = sensor_tick(repo, "landing_files_sensor", instance, cursor=cursor)
+        assert result.skip_message == "no new landing files (0 seen)"
+    warned = [line for line in capfd.readouterr().err.splitlines() if "not-a-day" in line]
+    assert len(warned) == 1

@@ -22,6 +22,7 @@ def activity(store: Store) -> list[rules.CloudActivity]:
 def last_runs(store: Store) -> list[rules.LastRun]:
     """Each cloud's latest finished sync run."""
     rows = sync_runs.latest_finished_runs(store)
+    counts = sync_runs.reconciled_run_counts(store)
     out = []
     for cloud, status, poll, drift, error, per_type, stuck in rows:
         types = orjson.loads(per_type) if isinstance(per_type, str) else (per_type or {})
@@ -30,7 +31,7 @@ def last_runs(store: Store) -> list[rules.LastRun]:
         skipped = sum(sum((t.get("skipped") or {}).values()) for t in types.values())
         narrow = sum(1 for t in types.values() if t.get("code") == INSUFFICIENT_SCOPE)
         out.append(rules.LastRun(cloud, status, to_utc(poll), drift, error, tripped, unconfirmed, skipped, narrow,
-                                 int(stuck or 0)))
+                                 int(stuck or 0), counts.get(cloud, 0)))
     return out
 
 

@@ -148,7 +148,10 @@ class AlertSettings(_Strict):
     events_silent_after: float = Field(default=3600.0, gt=0, description="seconds without collector events")
     events_active_window: float = Field(default=86400.0, gt=0, description="seconds: only clouds active this recently")
     sync_stale_after: float = Field(default=1800.0, gt=0, description="seconds since the last successful sync")
-    drift_high: float = Field(default=0.05, gt=0, description="share of live resources corrected by one sync")
+    drift_high: float = Field(default=0.05, gt=0, description="share of live resources corrected by one sync; "
+                              "a cloud whose collectors lose events drifts about that share at steady state")
+    drift_warmup_syncs: int = Field(default=2, ge=0, description="a cloud's first syncs not judged on drift "
+                                    "(they correct what its events missed before tally listened)")
 
     def rules(self) -> Any:
         from datetime import timedelta
@@ -156,7 +159,7 @@ class AlertSettings(_Strict):
         from tally_pipeline.core.alerts import AlertSettings as Rules
 
         return Rules(timedelta(seconds=self.events_silent_after), timedelta(seconds=self.events_active_window),
-                     timedelta(seconds=self.sync_stale_after), self.drift_high)
+                     timedelta(seconds=self.sync_stale_after), self.drift_high, self.drift_warmup_syncs)
 
 
 class AnalyticsSettings(_Strict):

@@ -225,3 +225,28 @@ def test_the_landing_sensor_warns_about_a_stray_folder_once(location, tmp_path, 
         assert result.skip_message == "no new landing files (0 seen)"
     warned = [line for line in capfd.readouterr().err.splitlines() if "not-a-day" in line]
     assert len(warned) == 1
+
+
+def test_an_edited_threshold_reaches_the_sensor_without_a_reload(location, tmp_path) -> None:
+    from datetime import UTC, datetime, timedelta
+
+    config = write_config(tmp_path, GOOD)
+    rt = Runtime.load(str(config))
+    rt.store.migrate()
+    ten_minutes_ago = datetime.now(UTC) - timedelta(minutes=10)
+    rt.store.run(lambda uow: uow.execute(
+        "INSERT INTO cloud_activity (cloud, first_collector_event, last_collector_event, collector_events) "
+        "VALUES (%s, %s, %s, 1)", ("demo-a", ten_minutes_ago, ten_minutes_ago)))
+    rt.close()
+    repo = location(config)
+    instance = dg.DagsterInstance.ephemeral()
+    before, cursor = sensor_tick(repo, "events_silent_sensor", instance)
+    assert evaluations(before)["events_silent"].passed  # silent after the default hour: not yet
+    # The edit a data engineer makes: lower the threshold to 5 minutes. No reload of the location.
+    config.write_text(config.read_text() + "alerts: {events_silent_after: 300}\n")
+    after, _ = sensor_tick(repo, "events_silent_sensor", instance, cursor=cursor)
+    assert not evaluations(after)["events_silent"].passed
+    # A change only a reload applies (a new cloud) is said by the settle-window sensor.
+    config.write_text(config.read_text().replace("clouds:\n", "clouds:\n  demo-c: {provider: simulated}\n"))
+    said, _ = sensor_tick(repo, "settle_window_sensor", instance)
+    assert "config changed: clouds added demo-c" in said.skip_message and "reload" in said.skip_message

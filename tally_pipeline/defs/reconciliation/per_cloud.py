@@ -17,6 +17,7 @@ from tally_pipeline.orchestration.failures import cause_first
 from tally_pipeline.orchestration.metadata import md_table
 from tally_pipeline.orchestration.partitions import cloud_partitions
 from tally_pipeline.orchestration.resources import AdapterSource, Clock, TallyStore
+from tally_pipeline.orchestration.runtimes import config_changes
 from tally_pipeline.orchestration.tags import CLOUD, POLL_TIME, POOL, RUN_KEY, SYNC_RUN_ID, SYNC_STATUS
 
 
@@ -163,11 +164,16 @@ def reconciliation_defs(clouds: list[str]) -> dg.Definitions:
     @dg.sensor(job=job, minimum_interval_seconds=30, default_status=dg.DefaultSensorStatus.RUNNING,
                description="Starts a follow-up sync for a cloud as soon as its deferrals' settle window has passed.")
     def settle_window_sensor(context: dg.SensorEvaluationContext, store: TallyStore):
+        changed = config_changes(store.config_path, clouds)
+        if (changed or "") != (context.cursor or ""):  # say it once per change: only a reload applies it
+            if changed:
+                context.log.warning(changed)
+            context.update_cursor(changed or "")
         now = datetime.now(UTC)
         requests = follow_up_requests(store.due_follow_ups(now), clouds, now)
         for request in requests:
             context.log.info(f"follow-up sync for {request.partition_key}: deferrals are ready ({request.run_key})")
-        return requests or dg.SkipReason("no deferral has passed its settle window")
+        return requests or dg.SkipReason("no deferral has passed its settle window" + (f"; {changed}" if changed else ""))
 
     return dg.Definitions(assets=[sync_runs], jobs=[job], schedules=[reconciliation_schedule],
                           sensors=[settle_window_sensor])

@@ -7,6 +7,7 @@ DuckDB file under ``./.tally/``). ``--database URL`` overrides the file's databa
 from __future__ import annotations
 
 import os
+from datetime import date
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -284,6 +285,8 @@ class TallyConfig(_Strict):
     analytics: AnalyticsSettings = Field(default_factory=AnalyticsSettings)
     collector: CollectorSettings = Field(default_factory=CollectorSettings)
     dagster: DagsterSettings | None = None  # set: POST /internal/sync/{cloud} launches Dagster runs
+    first_day: date | None = Field(default=None, description="the first UTC day of the daily partitions "
+                                   "(landing batches, usage_daily); default: ledger.window_days before today")
 
     # Clouds whose entry was set aside as invalid (``load_config(isolate_clouds=True)``): name -> reason.
     _misconfigured: dict[str, str] = PrivateAttr(default_factory=dict)

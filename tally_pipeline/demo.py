@@ -124,6 +124,7 @@ def _config(directory: Path, s: DemoSettings, clouds: list[str]) -> Path:
                      f"hours: {s.hours}}}")
     lines.append(f"reconciliation: {{settle_window: {s.settle_window}, mass_delete_guard: 0.5}}")
     lines.append(f"ledger: {{ingest_lag: {s.ingest_lag}, window_days: 35}}")
+    lines.append(f"first_day: {START.date().isoformat()}")  # the daily partitions start with the simulation
     # A cloud losing a share of its collector events drifts about that share per sync at steady state
     # (measured: 6.0 % at 5 % loss), so the default 5 % would fire for ever: twice the loss, at least 5 %.
     lines.append(f"alerts: {{drift_high: {max(0.05, round(2 * s.loss, 3))}}}  # loss {s.loss:.1%}: expect about that drift")

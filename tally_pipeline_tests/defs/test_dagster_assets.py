@@ -59,7 +59,7 @@ def setup(store_url, tmp_path):
     config.write_text(
         f"database: {store_url}\nlanding_dir: {landing}\n"
         "clouds:\n  c1: {provider: simulated, seed: 1}\n  c2: {provider: simulated, seed: 2}\n"
-        "ledger: {ingest_lag: 60, window_days: 35}\n"
+        "ledger: {ingest_lag: 60, window_days: 35}\nfirst_day: 2026-01-01\n"
     )
     rt = Runtime.load(str(config))
     rt.store.migrate()

@@ -250,3 +250,15 @@ def test_an_edited_threshold_reaches_the_sensor_without_a_reload(location, tmp_p
     config.write_text(config.read_text().replace("clouds:\n", "clouds:\n  demo-c: {provider: simulated}\n"))
     said, _ = sensor_tick(repo, "settle_window_sensor", instance)
     assert "config changed: clouds added demo-c" in said.skip_message and "reload" in said.skip_message
+
+
+def test_daily_partitions_start_at_the_configured_first_day(location, tmp_path) -> None:
+    from datetime import UTC, datetime, timedelta
+
+    repo = location(write_config(tmp_path, GOOD, extra="first_day: 2026-11-01\n"))
+    for job in ("usage_daily_job", "landing_files"):
+        assert repo.get_job(job).partitions_def.get_first_partition_key() == "2026-11-01"
+    close_all()
+    default = location(write_config(tmp_path, GOOD))  # default: ledger.window_days (35) before today
+    expected = (datetime.now(UTC).date() - timedelta(days=35)).isoformat()
+    assert default.get_job("usage_daily_job").partitions_def.get_first_partition_key() == expected

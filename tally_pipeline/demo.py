@@ -214,7 +214,7 @@ def run_demo(s: DemoSettings, *, progress: Callable[[int, int], None] | None = N
     hourly = dg.Definitions.merge(defs, dg.Definitions(jobs=[dg.define_asset_job(
         "demo_hourly", selection=dg.AssetSelection.assets(
             "current_resources", "resource_intervals", "projection_state", "ledger_audit", "ledger_postings",
-            "usage_checkpoints"))])
+            "usage_checkpoints", "ledger_cycles", "ledger_skips"))])
     ).resolve_job_def("demo_hourly")
     partition_range = {"dagster/asset_partition_range_start": clouds[0], "dagster/asset_partition_range_end": clouds[-1]}
 

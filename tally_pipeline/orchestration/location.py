@@ -3,7 +3,7 @@
 Dagster discovers ``defs/`` by importing it, so a definitions function there cannot be handed
 arguments. ``build_definitions`` (tests, the demo) states them for the duration of one load with
 ``describing``; without it, the environment decides, as in production (``TALLY_CONFIG``,
-``TALLY_DATABASE``). Each process loads a config file once (``runtimes.runtime_for``).
+``TALLY_DATABASE``). Each process reads a config file through ``runtimes.runtime_for`` (again when it changes).
 """
 
 from __future__ import annotations

@@ -4,7 +4,7 @@ import dagster as dg
 
 from tally_pipeline.defs.alerts.states import report
 from tally_pipeline.defs.ingest.metadata import cloud_activity_metadata, dead_letter_metadata, event_log_metadata
-from tally_pipeline.orchestration.conditions import EVENT_LOG
+from tally_pipeline.orchestration.conditions import RECORDED_BY_WRITERS
 from tally_pipeline.orchestration.failures import cause_first
 from tally_pipeline.orchestration.resources import TallyStore
 
@@ -13,7 +13,7 @@ from tally_pipeline.orchestration.resources import TallyStore
     specs=[
         dg.AssetSpec(
             "event_log", group_name="ingest", kinds={"duckdb", "postgres"}, deps=["raw_event_batches"],
-            automation_condition=EVENT_LOG,
+            automation_condition=RECORDED_BY_WRITERS,
             description=(
                 "The event log (table events): one row per distinct event_id, written only by the ingest core — by "
                 "the API, landing files and reconciliation. Materializing it records its counts; what the API and "
@@ -22,7 +22,7 @@ from tally_pipeline.orchestration.resources import TallyStore
         ),
         dg.AssetSpec(
             "cloud_activity", group_name="ingest", kinds={"duckdb", "postgres"}, deps=["raw_event_batches"],
-            automation_condition=EVENT_LOG,
+            automation_condition=RECORDED_BY_WRITERS,
             description=(
                 "Per cloud: first and last collector event stored, counts by source; kept by the ingest transaction. "
                 "The events_silent alert reads it."
@@ -41,7 +41,7 @@ def event_log(context: dg.AssetExecutionContext, store: TallyStore):
     group_name="ingest",
     kinds={"duckdb", "postgres"},
     deps=["raw_event_batches"],
-    automation_condition=EVENT_LOG,
+    automation_condition=RECORDED_BY_WRITERS,
     description="The dead letter (table rejected_events): every refused item or body, with its reason and raw form.",
 )
 def dead_letter(store: TallyStore) -> dg.MaterializeResult:

@@ -3,7 +3,9 @@ start at the config's ``first_day``."""
 
 import dagster as dg
 
+from tally_pipeline.defs.alerts.states import report
 from tally_pipeline.defs.ingest.landing_folders import landing_files
+from tally_pipeline.defs.ingest.metadata import cloud_activity_metadata, dead_letter_metadata, event_log_metadata
 from tally_pipeline.orchestration import location
 from tally_pipeline.orchestration.failures import cause_first
 from tally_pipeline.orchestration.metadata import md_table
@@ -35,6 +37,7 @@ def raw_event_batches_asset(partitions: dg.DailyPartitionsDefinition) -> dg.Asse
             landing_dir = store.config.landing_dir
             if landing_dir is None:
                 raise dg.Failure("landing_dir is not set in the tally config: there are no landing files to ingest")
+            events, rejected = store.event_count(), store.rejected_count()
             for day in context.partition_keys:
                 # A range (a backfill, the sensor's catch-up) is one run; each day's materialization
                 # carries that day's own files and counts.
@@ -60,5 +63,17 @@ def raw_event_batches_asset(partitions: dg.DailyPartitionsDefinition) -> dg.Asse
                     "rejected_by_reason": dg.MetadataValue.json(reasons),
                     "files_preview": md_table(["file", "items", "stored", "duplicates", "rejected", "error"], rows[:50]),
                 })
+            record_writes(context, store, events, rejected, f"landing_files ({', '.join(context.partition_keys)})")
 
     return raw_event_batches
+
+
+def record_writes(context: dg.AssetExecutionContext, store: TallyStore, events: int, rejected: int, by: str) -> None:
+    """Record what this run wrote into the ingest tables as their materializations (so the api_writes
+    sensor does not credit them to the API, and automation need not start a run to record them)."""
+    if store.event_count() != events:
+        context.log_event(dg.AssetMaterialization("event_log", metadata={**event_log_metadata(store), "written_by": by}))
+        context.log_event(dg.AssetMaterialization("cloud_activity", metadata=cloud_activity_metadata(store)))
+        report(context, store, ["events_silent"])
+    if store.rejected_count() != rejected:
+        context.log_event(dg.AssetMaterialization("dead_letter", metadata={**dead_letter_metadata(store), "written_by": by}))

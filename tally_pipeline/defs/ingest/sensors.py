@@ -32,7 +32,8 @@ def api_writes(context: dg.SensorEvaluationContext, store: TallyStore) -> dg.Sen
     context.update_cursor(cursor)
     written: list = []
     # A sync or a landing run already records its own writes; record only a count nobody recorded, so
-    # automation does not start a projection run for writes the projection already folded.
+    # the API is not credited with them and automation does not start a projection run for writes the
+    # projection already folded.
     latest = context.instance.get_latest_materialization_event(dg.AssetKey("event_log"))
     recorded = latest.asset_materialization.metadata.get("dagster/row_count") if latest else None
     if events != before[0] and (recorded is None or recorded.value != events):
@@ -42,8 +43,11 @@ def api_writes(context: dg.SensorEvaluationContext, store: TallyStore) -> dg.Sen
             dg.AssetMaterialization("cloud_activity", metadata=cloud_activity_metadata(store)),
             *[evaluation(s) for s in states(store, ["events_silent"])],
         ]
-    if rejected != before[1]:
-        written.append(dg.AssetMaterialization("dead_letter", metadata=dead_letter_metadata(store)))
+    latest_rejected = context.instance.get_latest_materialization_event(dg.AssetKey("dead_letter"))
+    recorded_rejected = latest_rejected.asset_materialization.metadata.get("dagster/row_count") if latest_rejected else None
+    if rejected != before[1] and (recorded_rejected is None or recorded_rejected.value != rejected):
+        written.append(dg.AssetMaterialization("dead_letter", metadata={
+            **dead_letter_metadata(store), "recorded_by": "api_writes sensor: the count changed since its last look"}))
     return dg.SensorResult(asset_events=written)
 
 

@@ -56,6 +56,14 @@ def ledger_audit(context: dg.AssetExecutionContext, ledger: Ledger):
         dg.AssetSpec("usage_checkpoints", group_name="ledger", kinds={"postgres", "duckdb"},
                      deps=["ledger_audit", "resource_intervals"],
                      description="Per entity: cumulative usage posted through its clamp."),
+        dg.AssetSpec("ledger_cycles", group_name="ledger", kinds={"postgres", "duckdb"},
+                     deps=["ledger_audit", "resource_intervals"],
+                     description="One row per posting cycle: its now and clamp, entities posted, skipped and "
+                                 "posted with excluded intervals."),
+        dg.AssetSpec("ledger_skips", group_name="ledger", kinds={"postgres", "duckdb"},
+                     deps=["ledger_audit", "resource_intervals"],
+                     description="Per cycle, each entity skipped or posted without some intervals, and why "
+                                 "(the ledger_entities_skipped alert reads the latest cycle's)."),
     ],
     check_specs=[dg.AssetCheckSpec("postings_match_usage", asset="ledger_postings",
                                    description="After the cycle, postings equal usage through every checkpoint.")],
@@ -83,6 +91,15 @@ def delta_posting_cycle(context: dg.AssetExecutionContext, ledger: Ledger, clock
             "entities_skipped": len(result.skipped),
             "entities_with_excluded_intervals": len(result.excluded),
             "totals_by_account": md_table(["account", "meter", "amount"], rows),
+        })
+        yield dg.MaterializeResult(asset_key="ledger_cycles", metadata={
+            "cycle_id": result.cycle_id, "entities_posted": len(result.posted),
+            "entities_skipped": len(result.skipped), "entities_with_excluded_intervals": len(result.excluded),
+        })
+        yield dg.MaterializeResult(asset_key="ledger_skips", metadata={
+            "cycle_id": result.cycle_id, "dagster/row_count": len(result.skipped) + len(result.excluded),
+            "examples": md_table(["cloud", "project", "meter", "reason"],
+                                 [[x.cloud, x.project_id, x.meter, x.reason] for x in (result.skipped + result.excluded)[:10]]),
         })
         yield dg.MaterializeResult(asset_key="usage_checkpoints", metadata={
             "entities": result.entities, "unchanged": result.unchanged, "already_posted": result.already_posted,

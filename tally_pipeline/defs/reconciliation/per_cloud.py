@@ -51,7 +51,7 @@ def reconciliation_defs(clouds: list[str]) -> dg.Definitions:
             ),
             dg.AssetSpec(
                 "sync_deferrals", group_name="reconciliation", kinds={"python"}, partitions_def=partitions,
-                deps=["current_resources"],
+                deps=["current_resources", "resource_intervals"],  # the same diff decides what it defers
                 description=(
                     "What each sync deferred instead of correcting (in transition, inside the settle window, held by "
                     "the mass-delete guard, unconfirmed), with when a follow-up may book it."

@@ -290,7 +290,7 @@ def test_asset_definitions_tell_the_story(setup, store_url) -> None:
     keys = {k.to_user_string() for k in graph.get_all_asset_keys()}
     assert keys == {"raw_event_batches", "event_log", "cloud_activity", "dead_letter", "current_resources",
                     "resource_intervals", "projection_state", "sync_runs", "sync_deferrals", "usage_daily",
-                    "ledger_audit", "ledger_postings", "usage_checkpoints"}
+                    "ledger_audit", "ledger_postings", "usage_checkpoints", "ledger_cycles", "ledger_skips"}
     dialect = "duckdb" if store_url.startswith("duckdb") else "postgres"
     other = {"duckdb": "postgres", "postgres": "duckdb"}[dialect]
     for key in graph.get_all_asset_keys():

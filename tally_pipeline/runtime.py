@@ -19,6 +19,10 @@ class UnknownCloud(KeyError):
         return str(self.args[0])
 
 
+class MisconfiguredCloud(UnknownCloud):
+    """A cloud the config file names with an invalid entry (loaded with ``isolate_clouds``)."""
+
+
 @dataclass
 class Runtime:
     config: TallyConfig
@@ -26,8 +30,9 @@ class Runtime:
     _adapters: dict[str, Any] = field(default_factory=dict, repr=False)
 
     @classmethod
-    def load(cls, config_path: str | None = None, *, database: str | None = None) -> Runtime:
-        return cls(load_config(config_path, database=database))
+    def load(cls, config_path: str | None = None, *, database: str | None = None,
+             isolate_clouds: bool = False) -> Runtime:
+        return cls(load_config(config_path, database=database, isolate_clouds=isolate_clouds))
 
     @cached_property
     def registry(self) -> SizeSchemaRegistry:
@@ -46,7 +51,10 @@ class Runtime:
         return Ingestor(self.store, self.registry)
 
     def check_cloud(self, cloud: str) -> None:
-        """Raise ``UnknownCloud`` unless ``cloud`` is configured."""
+        """Raise ``UnknownCloud`` unless ``cloud`` is configured (``MisconfiguredCloud``: named, but invalid)."""
+        reason = self.config.misconfigured_clouds.get(cloud)
+        if reason is not None:
+            raise MisconfiguredCloud(f"cloud {cloud!r} is misconfigured: {reason}")
         if cloud not in self.config.clouds:
             known = ", ".join(sorted(self.config.clouds)) or "none configured"
             raise UnknownCloud(f"cloud {cloud!r} is not in the configuration's clouds ({known})")
@@ -67,6 +75,11 @@ class Runtime:
 
         return run_sync(self.store, self.ingestor, cloud, self.adapter(cloud),
                         **self.config.reconciliation.run_options(), now=now, run_key=run_key, run_id=run_id)
+
+    def share_store_of(self, older: Runtime) -> None:
+        """Use ``older``'s open store (same database: a new config generation keeps the pool); ``older``
+        no longer closes it."""
+        self._store, older._store = older._store, None
 
     def close(self) -> None:
         for adapter in self._adapters.values():

@@ -7,11 +7,12 @@ DuckDB file under ``./.tally/``). ``--database URL`` overrides the file's databa
 from __future__ import annotations
 
 import os
+from datetime import date
 from pathlib import Path
 from typing import Annotated, Any, Literal, TypedDict
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, field_validator
 
 from tally_pipeline.core.errors import TallyError
 from tally_pipeline.redaction import redact, remember_url_password, yaml_error_text
@@ -36,6 +37,10 @@ class UnknownCloud(TallyError, KeyError):
 
     def __str__(self) -> str:
         return str(self.args[0])
+
+
+class MisconfiguredCloud(UnknownCloud):
+    """A cloud the config file names with an invalid entry (loaded with ``isolate_clouds``)."""
 
 
 class _Strict(BaseModel):
@@ -166,7 +171,10 @@ class AlertSettings(_Strict):
     events_silent_after: float = Field(default=3600.0, gt=0, description="seconds without collector events")
     events_active_window: float = Field(default=86400.0, gt=0, description="seconds: only clouds active this recently")
     sync_stale_after: float = Field(default=1800.0, gt=0, description="seconds since the last successful sync")
-    drift_high: float = Field(default=0.05, gt=0, description="share of live resources corrected by one sync")
+    drift_high: float = Field(default=0.05, gt=0, description="share of live resources corrected by one sync; "
+                              "a cloud whose collectors lose events drifts about that share at steady state")
+    drift_warmup_syncs: int = Field(default=2, ge=0, description="a cloud's first syncs not judged on drift "
+                                    "(they correct what its events missed before tally listened)")
 
     def rules(self) -> Any:
         from datetime import timedelta
@@ -174,7 +182,7 @@ class AlertSettings(_Strict):
         from tally_pipeline.core.alerts import AlertSettings as Rules
 
         return Rules(timedelta(seconds=self.events_silent_after), timedelta(seconds=self.events_active_window),
-                     timedelta(seconds=self.sync_stale_after), self.drift_high)
+                     timedelta(seconds=self.sync_stale_after), self.drift_high, self.drift_warmup_syncs)
 
 
 class AnalyticsSettings(_Strict):
@@ -299,6 +307,20 @@ class TallyConfig(_Strict):
     analytics: AnalyticsSettings = Field(default_factory=AnalyticsSettings)
     collector: CollectorSettings = Field(default_factory=CollectorSettings)
     dagster: DagsterSettings | None = None  # set: POST /internal/sync/{cloud} launches Dagster runs
+    first_day: date | None = Field(default=None, description="the first UTC day of the daily partitions "
+                                   "(landing batches, usage_daily); default: ledger.window_days before today")
+
+    # Clouds whose entry was set aside as invalid (``load_config(isolate_clouds=True)``): name -> reason.
+    _misconfigured: dict[str, str] = PrivateAttr(default_factory=dict)
+
+    @property
+    def misconfigured_clouds(self) -> dict[str, str]:
+        """Clouds named in the file whose entry is invalid, each with its one-line reason (naming the key)."""
+        return dict(self._misconfigured)
+
+    def cloud_names(self) -> list[str]:
+        """Every cloud the file names, misconfigured ones included."""
+        return sorted({*self.clouds, *self._misconfigured})
 
     @field_validator("database")
     @classmethod
@@ -329,8 +351,29 @@ def _describe(exc: ValidationError) -> str:
     return "; ".join(lines)
 
 
-def load_config(path: str | Path | None = None, *, database: str | None = None) -> TallyConfig:
+def _set_aside_bad_clouds(data: dict[str, Any]) -> tuple[dict[str, Any], dict[str, str]]:
+    """``data`` without the cloud entries that do not validate, and those clouds' reasons."""
+    clouds = data.get("clouds")
+    if not isinstance(clouds, dict):
+        return data, {}  # not a mapping at all: the whole file is wrong, and says so
+    bad = {}
+    for name, entry in clouds.items():
+        try:
+            TallyConfig.model_validate({"clouds": {name: entry}})
+        except ValidationError as exc:
+            bad[str(name)] = _describe(exc)
+    if not bad:
+        return data, {}
+    return {**data, "clouds": {n: e for n, e in clouds.items() if str(n) not in bad}}, bad
+
+
+def load_config(path: str | Path | None = None, *, database: str | None = None,
+                isolate_clouds: bool = False) -> TallyConfig:
     """Load and validate the configuration; ``path`` falls back to ``$TALLY_CONFIG``, then to defaults.
+
+    ``isolate_clouds``: an invalid cloud entry does not fail the whole file; the cloud is left out of
+    ``clouds`` and listed in ``misconfigured_clouds`` with its reason (the Dagster code location loads
+    so, so that one cloud's typo never silences the others' schedules and alerts).
 
     Relative paths inside the file (tokens_file, schemas_dir, landing_dir, duckdb files) are taken
     relative to the file's own directory, so a config works wherever the command is started.
@@ -358,12 +401,17 @@ def load_config(path: str | Path | None = None, *, database: str | None = None) 
         data = {**data, "database": database}
     if isinstance(data.get("database"), str):
         remember_url_password(data["database"])  # before validation: its errors are printed too
+    origin = str(path) if path else "configuration"
+    misconfigured: dict[str, str] = {}
+    if isolate_clouds:
+        data, misconfigured = _set_aside_bad_clouds(data)
     try:
         config = TallyConfig.model_validate(data)
     except ValidationError as exc:
-        origin = str(path) if path else "configuration"
         raise ConfigError(f"{origin}: {_describe(exc)}") from None
-    return _resolve_paths(config, base)
+    config = _resolve_paths(config, base)
+    config._misconfigured = {name: redact(f"{origin}: {reason}") for name, reason in misconfigured.items()}
+    return config
 
 
 def _resolve_paths(config: TallyConfig, base: Path) -> TallyConfig:

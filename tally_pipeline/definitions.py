@@ -6,12 +6,14 @@ the tally config file named by ``TALLY_CONFIG``; ``TALLY_DATABASE`` overrides it
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any, TypeVar
 
 import dagster as dg
 
+from tally_pipeline.config import ConfigError
 from tally_pipeline.orchestration import location
 from tally_pipeline.orchestration.catalog import catalog_policy, dialect_of
 from tally_pipeline.orchestration.resources import TallyStore
@@ -47,9 +49,9 @@ def build_definitions(
         described = location.Location.environment()
     else:
         described = location.Location(config_path, database, tuple(clouds) if clouds is not None else None)
+    config = described.config  # read (and validated) first: a file that cannot load fails here, with its reason
     with location.describing(described):
         found = dg.load_from_defs_folder(path_within_project=PROJECT)
-    config = described.config
     providers = {c.provider for c in config.clouds.values()} or {"openstack"}
     policy = catalog_policy(dialect_of(config.database), set(providers))
     assets: list[Any] = _unique(found.assets)
@@ -67,5 +69,13 @@ def build_definitions(
 @dg.definitions
 def defs() -> dg.Definitions:
     """The code location, built when Dagster loads it (not when this module is imported): the config
-    file is read then, and a test importing ``build_definitions`` reads none."""
-    return build_definitions()
+    file is read then, and a test importing ``build_definitions`` reads none.
+
+    A config that cannot load at all (bad YAML, a bad database URL) fails the location: its reason is
+    printed first, on one line, before Dagster's trace (a bad *cloud* entry does not fail it: see
+    orchestration/runtimes.py)."""
+    try:
+        return build_definitions()
+    except ConfigError as exc:
+        print(f"tally: the code location cannot load: {exc}", file=sys.stderr, flush=True)
+        raise

@@ -7,7 +7,7 @@ from datetime import datetime
 from functools import cached_property
 from typing import Any
 
-from tally_pipeline.config import TallyConfig, UnknownCloud, load_config
+from tally_pipeline.config import MisconfiguredCloud, TallyConfig, UnknownCloud, load_config
 from tally_pipeline.core.registry import SizeSchemaRegistry
 from tally_pipeline.schemas import default_registry, load_registry
 from tally_pipeline.services.ingest import Ingestor
@@ -21,8 +21,9 @@ class Runtime:
     _adapters: dict[str, Any] = field(default_factory=dict, repr=False)
 
     @classmethod
-    def load(cls, config_path: str | None = None, *, database: str | None = None) -> Runtime:
-        return cls(load_config(config_path, database=database))
+    def load(cls, config_path: str | None = None, *, database: str | None = None,
+             isolate_clouds: bool = False) -> Runtime:
+        return cls(load_config(config_path, database=database, isolate_clouds=isolate_clouds))
 
     @cached_property
     def registry(self) -> SizeSchemaRegistry:
@@ -41,7 +42,10 @@ class Runtime:
         return Ingestor(self.store, self.registry)
 
     def check_cloud(self, cloud: str) -> None:
-        """Raise ``UnknownCloud`` unless ``cloud`` is configured."""
+        """Raise ``UnknownCloud`` unless ``cloud`` is configured (``MisconfiguredCloud``: named, but invalid)."""
+        reason = self.config.misconfigured_clouds.get(cloud)
+        if reason is not None:
+            raise MisconfiguredCloud(f"cloud {cloud!r} is misconfigured: {reason}")
         if cloud not in self.config.clouds:
             known = ", ".join(sorted(self.config.clouds)) or "none configured"
             raise UnknownCloud(f"cloud {cloud!r} is not in the configuration's clouds ({known})")
@@ -62,6 +66,11 @@ class Runtime:
 
         return run_sync(self.store, self.ingestor, cloud, self.adapter(cloud),
                         **self.config.reconciliation.run_options(), now=now, run_key=run_key, run_id=run_id)
+
+    def share_store_of(self, older: Runtime) -> None:
+        """Use ``older``'s open store (same database: a new config generation keeps the pool); ``older``
+        no longer closes it."""
+        self._store, older._store = older._store, None
 
     def close(self) -> None:
         for adapter in self._adapters.values():

@@ -136,6 +136,8 @@ def store_families(store: Any, clouds: list[str]) -> list[Metric]:
          lambda r: int(r.status in ("failed", "partial"))),
         ("tally_sync_last_drift_ratio", "Corrections of the cloud's latest sync over its live resources.",
          lambda r: r.drift or 0.0),
+        ("tally_sync_reconciled_runs", "How many of the cloud's syncs reconciled something (succeeded or partial): "
+         "the first ones (alerts.drift_warmup_syncs) are not judged on drift.", lambda r: r.nth or 0),
         ("tally_sync_last_guard_tripped", "1 when the latest sync held deletes behind the mass-delete guard.",
          lambda r: int(r.guard_tripped)),
         ("tally_sync_last_unconfirmed",

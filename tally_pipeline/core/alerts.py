@@ -18,6 +18,7 @@ class AlertSettings:
     events_active_window: timedelta = timedelta(hours=24)
     sync_stale_after: timedelta = timedelta(minutes=30)
     drift_high: float = 0.05
+    drift_warmup_syncs: int = 2  # a cloud's first syncs correct what its events missed before tally listened
 
 
 @dataclass(frozen=True)
@@ -38,6 +39,7 @@ class LastRun:
     skipped: int = 0  # listed items that could not be read (neither billed nor deleted by reconciliation)
     insufficient_scope: int = 0  # types not listed because the credentials cannot see every project
     stuck_transition: int = 0  # resources booked as listed after too long in transition (a guess)
+    nth: int | None = None  # how many of the cloud's runs have reconciled something, this one included
 
 
 @dataclass(frozen=True)
@@ -79,13 +81,16 @@ def sync_stale(clouds: Iterable[str], last_success: Mapping[str, datetime], now:
     return Condition("TallySyncStale", bool(stale), tuple(sorted(stale)), message, stale)
 
 
-def sync_errors(last_runs: Iterable[LastRun]) -> Condition:
+def sync_errors(last_runs: Iterable[LastRun], misconfigured: Mapping[str, str] | None = None) -> Condition:
     """TallySyncErrors: a cloud's latest sync failed, or listed some types only (partial: a listing
     failed, the credentials could not see every project, the mass-delete guard held deletes), or left
     something it could not reconcile or had to guess: deletes the platform did not confirm, items it
-    could not read, resources booked after too long in transition. Each changes what is billed."""
-    broken = {}
+    could not read, resources booked after too long in transition. Each changes what is billed.
+    A cloud whose config entry is invalid (``misconfigured``: cloud -> reason) cannot sync at all."""
+    broken = {c: f"misconfigured: {reason}" for c, reason in (misconfigured or {}).items()}
     for r in last_runs:
+        if r.cloud in broken:
+            continue
         if r.status in ("failed", "partial"):
             broken[r.cloud] = f"{r.status}: {r.error or 'no detail'}"
         elif r.unconfirmed or r.skipped or r.stuck_transition:
@@ -101,11 +106,17 @@ def sync_errors(last_runs: Iterable[LastRun]) -> Condition:
 
 def drift_high(last_runs: Iterable[LastRun], s: AlertSettings) -> Condition:
     """TallyReconciliationDriftHigh: the latest sync corrected more than a share of live resources,
-    or held deletes behind the mass-delete guard."""
+    or held deletes behind the mass-delete guard.
+
+    A cloud's first ``drift_warmup_syncs`` syncs are not judged on drift (a tripped guard still fires):
+    they correct everything its events missed before tally listened, which is no sign of loss now."""
+    last_runs = list(last_runs)
+    warming = {r.cloud: r.drift for r in last_runs
+               if r.nth is not None and r.nth <= s.drift_warmup_syncs and not r.guard_tripped}
     high = {
         r.cloud: {"drift": r.drift, "guard_tripped": r.guard_tripped}
         for r in last_runs
-        if r.guard_tripped or (r.drift is not None and r.drift > s.drift_high)
+        if r.cloud not in warming and (r.guard_tripped or (r.drift is not None and r.drift > s.drift_high))
     }
     message = (
         "reconciliation drift high: " + ", ".join(
@@ -113,7 +124,11 @@ def drift_high(last_runs: Iterable[LastRun], s: AlertSettings) -> Condition:
             for c, v in sorted(high.items()))
         if high else f"drift within {s.drift_high:.0%} everywhere"
     )
-    return Condition("TallyReconciliationDriftHigh", bool(high), tuple(sorted(high)), message, high)
+    if warming:
+        message += "; warming up (first syncs not judged on drift): " + ", ".join(
+            f"{c} {(d or 0.0):.1%}" for c, d in sorted(warming.items()))
+    details = {**high, **({"warming_up": {c: d for c, d in sorted(warming.items())}} if warming else {})}
+    return Condition("TallyReconciliationDriftHigh", bool(high), tuple(sorted(high)), message, details)
 
 
 @dataclass(frozen=True)

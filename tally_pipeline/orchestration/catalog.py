@@ -13,6 +13,7 @@ TABLES = {
     "current_resources": "current_resources", "resource_intervals": "resource_intervals",
     "projection_state": "projection_state", "sync_runs": "sync_runs", "sync_deferrals": "sync_deferrals",
     "usage_daily": "usage_daily", "ledger_postings": "ledger_postings", "usage_checkpoints": "usage_checkpoints",
+    "ledger_cycles": "ledger_cycles", "ledger_skips": "ledger_skips",
 }
 PLATFORM_ASSETS = ("sync_runs", "sync_deferrals")  # they read the clouds' platform APIs
 
@@ -22,9 +23,10 @@ def dialect_of(database: str) -> str:
 
 
 def catalog_policy(dialect: str, providers: set[str]) -> Callable[[dg.AssetSpec], dg.AssetSpec]:
-    from tally_pipeline.store.catalog import table_columns
+    from tally_pipeline.store.catalog import column_descriptions, table_columns
 
     tables = table_columns(dialect)
+    described = column_descriptions()
 
     def apply(spec: dg.AssetSpec) -> dg.AssetSpec:
         name = spec.key.to_user_string()
@@ -35,7 +37,9 @@ def catalog_policy(dialect: str, providers: set[str]) -> Callable[[dg.AssetSpec]
         table = TABLES.get(name)
         if table is None:
             return spec
-        schema = dg.TableSchema(columns=[dg.TableColumn(c.name, c.type, description=c.comment) for c in tables[table]])
+        about = described.get(table, {})
+        schema = dg.TableSchema(columns=[dg.TableColumn(c.name, c.type, description=about.get(c.name) or c.comment)
+                                         for c in tables[table]])
         description = spec.description or ""
         if table != name:
             description += f" The asset {name} is the table `{table}`."
@@ -43,3 +47,17 @@ def catalog_policy(dialect: str, providers: set[str]) -> Callable[[dg.AssetSpec]
             .replace_attributes(description=description)
 
     return apply
+
+
+def column_reference() -> str:
+    """The data dictionary's "Every column" section: each asset table's columns and descriptions, as the
+    catalog shows them (generated, so the two cannot drift)."""
+    from tally_pipeline.store.catalog import column_descriptions
+
+    lines = []
+    for table, columns in column_descriptions().items():
+        assets = [a for a, t in TABLES.items() if t == table]
+        lines += ["", f"### `{table}`" + (f" (asset `{assets[0]}`)" if assets and assets[0] != table else ""), "",
+                  "| column | meaning |", "|---|---|"]
+        lines += [f"| `{name}` | {text} |" for name, text in columns.items()]
+    return "\n".join(lines[1:]) + "\n"

@@ -3,7 +3,7 @@
 Dagster discovers ``defs/`` by importing it, so a definitions function there cannot be handed
 arguments. ``build_definitions`` (tests, the demo) states them for the duration of one load with
 ``describing``; without it, the environment decides, as in production (``TALLY_CONFIG``,
-``TALLY_DATABASE``). Each process loads a config file once (``runtimes.runtime_for``).
+``TALLY_DATABASE``). Each process reads a config file through ``runtimes.runtime_for`` (again when it changes).
 """
 
 from __future__ import annotations
@@ -44,7 +44,7 @@ class Location:
         return runtime_for(self.config_path, self.database).config
 
     def cloud_names(self) -> list[str]:
-        return sorted(self.clouds) if self.clouds is not None else sorted(self.config.clouds)
+        return sorted(self.clouds) if self.clouds is not None else self.config.cloud_names()
 
 
 _described: ContextVar[Location | None] = ContextVar("tally_location", default=None)

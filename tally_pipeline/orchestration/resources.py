@@ -109,7 +109,8 @@ class TallyDatabase(dg.ConfigurableResource):
     def alert_conditions(self, now: datetime) -> dict[str, Condition]:
         """Every alert's condition over the configured clouds at ``now``."""
         rt = self._rt()
-        return alerts.evaluate(rt.store, sorted(rt.config.clouds), now, rt.config.alerts.rules())
+        return alerts.evaluate(rt.store, sorted(rt.config.clouds), now, rt.config.alerts.rules(),
+                               rt.config.misconfigured_clouds)
 
     def event_count(self) -> int:
         return self._rt().store.event_count()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from datetime import datetime
 
 import orjson
@@ -22,6 +23,7 @@ def activity(store: Store) -> list[rules.CloudActivity]:
 def last_runs(store: Store) -> list[rules.LastRun]:
     """Each cloud's latest finished sync run."""
     rows = sync_runs.latest_finished_runs(store)
+    counts = sync_runs.reconciled_run_counts(store)
     out = []
     for cloud, status, poll, drift, error, per_type, stuck in rows:
         types = summaries_from_json(orjson.loads(per_type) if isinstance(per_type, str) else per_type).values()
@@ -30,7 +32,7 @@ def last_runs(store: Store) -> list[rules.LastRun]:
         skipped = sum(t.skipped_total for t in types)
         narrow = sum(1 for t in types if t.code == INSUFFICIENT_SCOPE)
         out.append(rules.LastRun(cloud, status, to_utc(poll), drift, error, tripped, unconfirmed, skipped, narrow,
-                                 int(stuck or 0)))
+                                 int(stuck or 0), counts.get(cloud, 0)))
     return out
 
 
@@ -45,12 +47,14 @@ def ledger_skips(store: Store) -> list[rules.LedgerSkip]:
     return [rules.LedgerSkip(r.cloud, r.project_id, r.meter, r.reason, r.excluded_intervals) for r in rows]
 
 
-def evaluate(store: Store, clouds: list[str], now: datetime, settings: rules.AlertSettings) -> dict[str, rules.Condition]:
+def evaluate(store: Store, clouds: list[str], now: datetime, settings: rules.AlertSettings,
+             misconfigured: Mapping[str, str] | None = None) -> dict[str, rules.Condition]:
+    """Every alert over ``clouds``; ``misconfigured`` (cloud -> reason) fires sync_errors for those clouds."""
     runs = last_runs(store)
     return {
         "events_silent": rules.events_silent(activity(store), now, settings),
         "sync_stale": rules.sync_stale(clouds, last_success(store), now, settings),
-        "sync_errors": rules.sync_errors(runs),
+        "sync_errors": rules.sync_errors(runs, misconfigured),
         "drift_high": rules.drift_high(runs, settings),
         "ledger_entities_skipped": rules.ledger_entities_skipped(ledger_skips(store)),
     }

@@ -7,6 +7,7 @@ exception type. Each is a ``TallyError`` (``core/errors.py``); the tree is in do
 from __future__ import annotations
 
 from tally_pipeline.config import ConfigError as ConfigError
+from tally_pipeline.config import MisconfiguredCloud as MisconfiguredCloud
 from tally_pipeline.config import UnknownCloud as UnknownCloud
 from tally_pipeline.core.errors import TallyError as TallyError
 from tally_pipeline.services.ingest import BatchTooLarge as BatchTooLarge

@@ -1,7 +1,8 @@
 """The tables' columns as the migrations create them: what the Dagster catalog shows for each asset.
 
-The numbered migrations are the schema's one source (docs/data-dictionary.md describes the same
-tables); reading them here keeps the catalog's column schema from drifting away from the database.
+The numbered migrations are the schema's one source, ``columns.yaml`` the descriptions' (the data
+dictionary's "Every column" section is generated from it); reading both here keeps the catalog's
+column schema from drifting away from the database or the docs.
 """
 
 from __future__ import annotations
@@ -9,6 +10,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from functools import cache
+from pathlib import Path
 
 from tally_pipeline.store.migrations import migrations_for
 
@@ -39,6 +41,16 @@ def _columns(body: str) -> list[Column]:
         kind = _TYPE_END.sub("", rest.strip()).strip()
         columns.append(Column(name.strip('"'), kind or "unknown", comment.strip() or None))
     return columns
+
+
+@cache
+def column_descriptions() -> dict[str, dict[str, str]]:
+    """Every asset table's column descriptions, from their one source, ``columns.yaml`` beside this module
+    (docs/data-dictionary.md's "Every column" section is generated from it)."""
+    import yaml
+
+    loaded: dict[str, dict[str, str]] = yaml.safe_load(Path(__file__).with_name("columns.yaml").read_text(encoding="utf-8"))
+    return loaded
 
 
 @cache

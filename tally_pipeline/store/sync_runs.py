@@ -201,6 +201,12 @@ def latest_finished_runs(store: Store) -> list[tuple[Any, ...]]:
     )
 
 
+def reconciled_run_counts(store: Store) -> dict[str, int]:
+    """Per cloud, how many runs reconciled something (succeeded or partial): drift_high's warm-up."""
+    return {c: int(n) for c, n in store.query(
+        "SELECT cloud, count(*) FROM sync_runs WHERE status IN ('succeeded', 'partial') GROUP BY cloud")}
+
+
 def last_success_polls(store: Store) -> list[tuple[str, datetime]]:
     """Each cloud's latest poll time of a succeeded or partial run."""
     return [(c, t) for c, t in store.query(

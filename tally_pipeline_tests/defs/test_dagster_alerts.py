@@ -97,7 +97,8 @@ CASES = {
     ),
     "drift_high": (
         lambda s: (run_row(s, "c1", "succeeded", NOW - timedelta(minutes=5), drift=0.01), run_row(s, "c2", "succeeded", NOW)),
-        lambda s: run_row(s, "c1", "succeeded", NOW - timedelta(minutes=5), drift=0.3),
+        # past its warm-up: the cloud's third sync
+        lambda s: [run_row(s, "c1", "succeeded", NOW - timedelta(minutes=m), drift=0.3) for m in (25, 15, 5)],
     ),
 }
 
@@ -109,9 +110,9 @@ def test_sensor_and_check(env, alert, firing) -> None:
     CASES[alert][int(firing)](rt.store)
     result, cursor = sensor_result(defs, f"{alert}_sensor")
     assert reported(result) == (alert, not firing)
-    # the same state again is not reported twice
-    again, _ = sensor_result(defs, f"{alert}_sensor", cursor=cursor)
-    assert reported(again) is None and again.skip_message.startswith("unchanged")
+    # the same state again is reported again (a check never goes stale), the cursor (what was logged) unchanged
+    again, again_cursor = sensor_result(defs, f"{alert}_sensor", cursor=cursor)
+    assert reported(again) == (alert, not firing) and again_cursor == cursor
     assert check_outcome(defs, alert) is (not firing)
 
 
@@ -140,3 +141,15 @@ def test_a_cloud_that_never_synced_is_unknown_not_green(env, alert) -> None:
     assert check_outcome(defs, alert) is False
     run_row(rt.store, "c2", "succeeded", NOW - timedelta(minutes=1))
     assert check_outcome(defs, alert) is True
+
+
+def test_drift_high_does_not_judge_a_clouds_first_syncs(env) -> None:
+    rt, defs = env
+    run_row(rt.store, "c2", "succeeded", NOW - timedelta(minutes=9))
+    for n, minutes in enumerate((25, 15, 5), start=1):
+        run_row(rt.store, "c1", "succeeded", NOW - timedelta(minutes=minutes), drift=0.25)
+        result, _ = sensor_result(defs, "drift_high_sensor")
+        [evaluation] = [e for e in result.asset_events if isinstance(e, dg.AssetCheckEvaluation)]
+        # the first two syncs correct what the events missed before tally listened: warming up, not firing
+        assert evaluation.passed is (n <= 2)
+        assert ("warming up (first syncs not judged on drift): c1 25.0%" in evaluation.description) is (n <= 2)

@@ -61,7 +61,7 @@ def setup(store_url, tmp_path):
     config.write_text(
         f"database: {store_url}\nlanding_dir: {landing}\n"
         "clouds:\n  c1: {provider: simulated, seed: 1}\n  c2: {provider: simulated, seed: 2}\n"
-        "ledger: {ingest_lag: 60, window_days: 35}\n"
+        "ledger: {ingest_lag: 60, window_days: 35}\nfirst_day: 2026-01-01\n"
     )
     rt = Runtime.load(str(config))
     rt.store.migrate()
@@ -292,7 +292,7 @@ def test_asset_definitions_tell_the_story(setup, store_url) -> None:
     keys = {k.to_user_string() for k in graph.get_all_asset_keys()}
     assert keys == {"raw_event_batches", "event_log", "cloud_activity", "dead_letter", "current_resources",
                     "resource_intervals", "projection_state", "sync_runs", "sync_deferrals", "usage_daily",
-                    "ledger_audit", "ledger_postings", "usage_checkpoints"}
+                    "ledger_audit", "ledger_postings", "usage_checkpoints", "ledger_cycles", "ledger_skips"}
     dialect = "duckdb" if store_url.startswith("duckdb") else "postgres"
     other = {"duckdb": "postgres", "postgres": "duckdb"}[dialect]
     for key in graph.get_all_asset_keys():
@@ -533,3 +533,27 @@ def test_production_resources_read_the_environment_where_they_run(monkeypatch) -
     assert resources["store"].database is None  # unset: the config file's database, not a failing EnvVar
     monkeypatch.setenv("TALLY_DATABASE", "postgresql://tally@db/tally")
     assert isinstance(environment_resources()["ledger"].database, dg.EnvVar)
+
+
+def test_landing_writes_are_credited_to_the_landing_run_and_automation_adds_no_empty_run(setup) -> None:
+    defs, landing, instance = setup["defs"], setup["landing"], setup["instance"]
+    cursor = None
+    for _ in range(3):  # a new deployment: automation fills in the never-materialized assets, then settles
+        _, cursor = automation_tick(defs, instance, cursor)
+    (landing / "2026-03-01").mkdir()
+    (landing / "2026-03-01" / "a.jsonl").write_text(
+        json.dumps(vol_event("l1", "v-land", "create", T0 + timedelta(hours=1))) + "\n{\"not\": \"an event\"}\n")
+    ingested = defs.resolve_job_def("landing_files").execute_in_process(instance=instance, partition_key="2026-03-01")
+    assert ingested.success
+    # the landing run records what it wrote into the ingest tables, as itself
+    assert materializations(ingested, "event_log")[0]["written_by"] == "landing_files (2026-03-01)"
+    assert materializations(ingested, "dead_letter")[0]["dagster/row_count"] == 1
+    # the API is not credited with it
+    with dg.build_sensor_context(instance=instance, repository_def=defs.get_repository_def(),
+                                 resources={"store": defs.resources["store"]}) as context:
+        looked = defs.resolve_sensor_def("api_writes").evaluate_tick(context)
+    assert not {e.asset_key.to_user_string() for e in looked.asset_events or []} & {"event_log", "dead_letter"}
+    # automation refreshes the projections, and launches no run of the ingest tables to record nothing new
+    requested, _ = automation_tick(defs, instance, cursor)
+    assert {"current_resources", "resource_intervals", "projection_state"} <= set(requested)
+    assert not set(requested) & {"event_log", "cloud_activity", "dead_letter"}, requested

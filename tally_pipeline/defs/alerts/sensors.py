@@ -1,4 +1,10 @@
-"""One sensor per alert: evaluates it every minute and reports a changed state on its check."""
+"""One sensor per alert: evaluates it every minute and reports its check's state on every tick.
+
+Reporting on every tick (not only on a change) is what keeps a check from going stale: a run that
+failed with the check in its selection leaves it "Execution failed", a config edit changes a
+threshold, a cloud is set aside as misconfigured — the next tick says the true state whatever
+happened in between. The terminal hears only changes: the cursor holds the last state logged.
+"""
 
 import json
 
@@ -12,18 +18,18 @@ def _sensor(key: str) -> dg.SensorDefinition:
     asset, name, runbook = ALERTS[key]
 
     @dg.sensor(name=f"{key}_sensor", minimum_interval_seconds=60, default_status=dg.DefaultSensorStatus.RUNNING,
-               description=f"Evaluates the {key.replace('_', ' ')} alert and reports it on {asset}'s {name} check.")
+               description=f"Evaluates the {key.replace('_', ' ')} alert every minute and reports it on {asset}'s "
+                           f"{name} check (every tick; a change of state is also logged).")
     def sensor(context: dg.SensorEvaluationContext, store: TallyStore) -> dg.SensorResult:
         [state] = states(store, [key])
-        # Only a firing alert is logged as a warning; "unknown" (a cloud never synced) is information.
-        (context.log.warning if state.condition.firing else context.log.info)(
-            f"{state.condition.alert}: {state.label}: {state.message}"
-            + (f" (runbook: {runbook})" if state.condition.firing else "")
-        )
         fingerprint = json.dumps(state.fingerprint())
-        if fingerprint == context.cursor:
-            return dg.SensorResult(skip_reason=f"unchanged: {state.message}")
-        context.update_cursor(fingerprint)
+        if fingerprint != context.cursor:
+            # Only a firing alert is logged as a warning; "unknown" (a cloud never synced) is information.
+            (context.log.warning if state.condition.firing else context.log.info)(
+                f"{state.condition.alert}: now {state.label}: {state.message}"
+                + (f" (runbook: {runbook})" if state.condition.firing else "")
+            )
+            context.update_cursor(fingerprint)
         return dg.SensorResult(asset_events=[evaluation(state)])
 
     return sensor

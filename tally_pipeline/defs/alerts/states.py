@@ -1,7 +1,7 @@
 """The alerts' check states, over the conditions in core/alerts.py (checks.py and sensors.py report them).
 
 The state of a check is reported wherever it can change, so the asset page always shows the current
-one: each alert sensor reports it on every tick that changes it; every sync run reports the three
+one: each alert sensor reports it on every tick (logging only changes); every sync run reports the three
 sync checks on ``sync_runs`` and every ``event_log`` materialization reports ``events_silent`` (a new
 materialization would otherwise leave the check "not evaluated"); the checks can also be run by hand.
 A firing alert is an ERROR-severity failure (red). A configured cloud that never synced is unknown

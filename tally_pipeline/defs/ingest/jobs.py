@@ -2,6 +2,4 @@
 
 import dagster as dg
 
-from tally_pipeline.defs.ingest.assets import raw_event_batches
-
-landing_job = dg.define_asset_job("landing_files", selection=[raw_event_batches])
+landing_job = dg.define_asset_job("landing_files", selection=dg.AssetSelection.assets("raw_event_batches"))

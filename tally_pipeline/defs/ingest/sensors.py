@@ -12,6 +12,9 @@ from tally_pipeline.defs.ingest.landing_folders import file_signature, landing_f
 from tally_pipeline.defs.ingest.metadata import cloud_activity_metadata, dead_letter_metadata, event_log_metadata
 from tally_pipeline.orchestration.resources import TallyStore
 
+# Cursor keys of folders the sensor leaves alone (a file's key is "YYYY-MM-DD/name", never this).
+IGNORED = "ignored:"
+
 
 # Every 30 s, with the automation sensor's 30 s, a write through the API reaches the projections within a
 # minute. The writes are recorded as (runless) materializations, not observations: the rows really were
@@ -29,7 +32,8 @@ def api_writes(context: dg.SensorEvaluationContext, store: TallyStore) -> dg.Sen
     context.update_cursor(cursor)
     written: list = []
     # A sync or a landing run already records its own writes; record only a count nobody recorded, so
-    # automation does not start a projection run for writes the projection already folded.
+    # the API is not credited with them and automation does not start a projection run for writes the
+    # projection already folded.
     latest = context.instance.get_latest_materialization_event(dg.AssetKey("event_log"))
     materialization = latest.asset_materialization if latest else None
     recorded = materialization.metadata.get("dagster/row_count") if materialization else None
@@ -40,9 +44,23 @@ def api_writes(context: dg.SensorEvaluationContext, store: TallyStore) -> dg.Sen
             dg.AssetMaterialization("cloud_activity", metadata=cloud_activity_metadata(store)),
             *[evaluation(s) for s in states(store, ["events_silent"])],
         ]
-    if rejected != before[1]:
-        written.append(dg.AssetMaterialization("dead_letter", metadata=dead_letter_metadata(store)))
+    latest_rejected = context.instance.get_latest_materialization_event(dg.AssetKey("dead_letter"))
+    rejected_materialization = latest_rejected.asset_materialization if latest_rejected else None
+    recorded_rejected = (rejected_materialization.metadata.get("dagster/row_count")
+                         if rejected_materialization else None)
+    if rejected != before[1] and (recorded_rejected is None or recorded_rejected.value != rejected):
+        written.append(dg.AssetMaterialization("dead_letter", metadata={
+            **dead_letter_metadata(store), "recorded_by": "api_writes sensor: the count changed since its last look"}))
     return dg.SensorResult(asset_events=written)
+
+
+def _note(context: dg.SensorEvaluationContext, seen: dict[str, str], current: dict[str, str], folder: str,
+          warning: str) -> None:
+    """Warn about a folder the sensor leaves alone once, not on every tick: the cursor remembers it."""
+    key = f"{IGNORED}{folder}"
+    current[key] = warning
+    if seen.get(key) != warning:
+        context.log.warning(warning)
 
 
 @dg.sensor(job=landing_job, minimum_interval_seconds=30, default_status=dg.DefaultSensorStatus.RUNNING,
@@ -59,10 +77,11 @@ def landing_files_sensor(context: dg.SensorEvaluationContext, store: TallyStore)
         try:
             day = datetime.strptime(folder.name, "%Y-%m-%d").date()
         except ValueError:
-            context.log.warning(f"ignoring {folder}: landing folders are named YYYY-MM-DD")
+            _note(context, seen, current, folder.name, f"ignoring {folder}: landing folders are named YYYY-MM-DD")
             continue
         if day > today + timedelta(days=1):
-            context.log.warning(f"not yet ingesting {folder}: its day is in the future (partitions end tomorrow)")
+            _note(context, seen, current, folder.name,
+                  f"not yet ingesting {folder}: its day is in the future (partitions end tomorrow)")
             continue
         changed = []
         for f in landing_files(landing_dir, folder.name):
@@ -78,5 +97,6 @@ def landing_files_sensor(context: dg.SensorEvaluationContext, store: TallyStore)
     if current != seen:
         context.update_cursor(json.dumps(current, sort_keys=True, separators=(",", ":")))
     if not requests:
-        return dg.SkipReason(f"no new landing files ({len(current)} seen)")
+        files = sum(1 for key in current if not key.startswith(IGNORED))
+        return dg.SkipReason(f"no new landing files ({files} seen)")
     return dg.SensorResult(run_requests=requests)

@@ -5,6 +5,7 @@ import dagster as dg
 
 from tally_pipeline.core.timeutil import format_rfc3339, parse_rfc3339, to_utc
 from tally_pipeline.defs.projection.refresh import refresh_and_report
+from tally_pipeline.orchestration.failures import cause_first
 from tally_pipeline.orchestration.metadata import md_table
 from tally_pipeline.orchestration.resources import Clock, Ledger
 from tally_pipeline.orchestration.snapshot import write_analyst_snapshot
@@ -21,29 +22,30 @@ from tally_pipeline.orchestration.tags import NOW, POOL
     description="Verifies the ledger before a posting cycle; its blocking check stops the cycle if postings do not add up.",
 )
 def ledger_audit(context: dg.AssetExecutionContext, ledger: Ledger):
-    result = ledger.verify()
-    audit = result.audit()  # the verdict's rules live in ledger/verify.py
-    for d in audit.failing[:20]:
-        context.log.error(f"ledger discrepancy {d.kind}: {d.cloud}/{d.project_id}/{d.meter}: {d.detail}")
-    yield dg.MaterializeResult(metadata={
-        "entities": result.entities,
-        "discrepancies": len(audit.broken),
-        "unbilled": len(audit.unbilled),
-        "pending_next_cycle": len(audit.pending),
-    })
-    yield dg.AssetCheckResult(
-        check_name="ledger_balanced",
-        passed=audit.passed,
-        # only a broken ledger stops the cycle; unbilled entities must not stop every other one
-        severity=dg.AssetCheckSeverity.ERROR if audit.blocking else dg.AssetCheckSeverity.WARN,
-        metadata={
+    with cause_first():  # the run failure leads with the cause (orchestration/failures.py)
+        result = ledger.verify()
+        audit = result.audit()  # the verdict's rules live in ledger/verify.py
+        for d in audit.failing[:20]:
+            context.log.error(f"ledger discrepancy {d.kind}: {d.cloud}/{d.project_id}/{d.meter}: {d.detail}")
+        yield dg.MaterializeResult(metadata={
             "entities": result.entities,
             "discrepancies": len(audit.broken),
             "unbilled": len(audit.unbilled),
-            "examples": md_table(["kind", "cloud", "project", "meter", "detail"],
-                                  [[d.kind, d.cloud, d.project_id, d.meter, d.detail[:80]] for d in audit.failing[:10]]),
-        },
-    )
+            "pending_next_cycle": len(audit.pending),
+        })
+        yield dg.AssetCheckResult(
+            check_name="ledger_balanced",
+            passed=audit.passed,
+            # only a broken ledger stops the cycle; unbilled entities must not stop every other one
+            severity=dg.AssetCheckSeverity.ERROR if audit.blocking else dg.AssetCheckSeverity.WARN,
+            metadata={
+                "entities": result.entities,
+                "discrepancies": len(audit.broken),
+                "unbilled": len(audit.unbilled),
+                "examples": md_table(["kind", "cloud", "project", "meter", "detail"],
+                                      [[d.kind, d.cloud, d.project_id, d.meter, d.detail[:80]] for d in audit.failing[:10]]),
+            },
+        )
 
 
 @dg.multi_asset(
@@ -54,6 +56,14 @@ def ledger_audit(context: dg.AssetExecutionContext, ledger: Ledger):
         dg.AssetSpec("usage_checkpoints", group_name="ledger", kinds={"postgres", "duckdb"},
                      deps=["ledger_audit", "resource_intervals"],
                      description="Per entity: cumulative usage posted through its clamp."),
+        dg.AssetSpec("ledger_cycles", group_name="ledger", kinds={"postgres", "duckdb"},
+                     deps=["ledger_audit", "resource_intervals"],
+                     description="One row per posting cycle: its now and clamp, entities posted, skipped and "
+                                 "posted with excluded intervals."),
+        dg.AssetSpec("ledger_skips", group_name="ledger", kinds={"postgres", "duckdb"},
+                     deps=["ledger_audit", "resource_intervals"],
+                     description="Per cycle, each entity skipped or posted without some intervals, and why "
+                                 "(the ledger_entities_skipped alert reads the latest cycle's)."),
     ],
     check_specs=[dg.AssetCheckSpec("postings_match_usage", asset="ledger_postings",
                                    description="After the cycle, postings equal usage through every checkpoint.")],
@@ -61,31 +71,41 @@ def ledger_audit(context: dg.AssetExecutionContext, ledger: Ledger):
 )
 def delta_posting_cycle(context: dg.AssetExecutionContext, ledger: Ledger, clock: dg.ResourceParam[Clock]):
     """One checkpoint-delta cycle at now: post usage through now − ingest_lag minus each checkpoint."""
-    tags = context.run.tags
-    now = parse_rfc3339(tags[NOW]) if NOW in tags else to_utc(clock.now())
-    refresh_and_report(context, ledger, "delta_posting_cycle")  # post every stored event; record the fold
-    result = ledger.post(now)
-    summary = result.to_dict()
-    for skipped in (result.skipped + result.excluded)[:20]:
-        context.log.warning(f"skipped {skipped.cloud}/{skipped.project_id}/{skipped.meter}: {skipped.reason}")
-    rows = [[account, meter, amount] for account, by_meter in summary["totals"].items() for meter, amount in by_meter.items()]
-    snapshot = write_analyst_snapshot(context, ledger)
-    yield dg.MaterializeResult(asset_key="ledger_postings", metadata={
-        **snapshot,
-        "cycle_id": result.cycle_id,
-        "now": format_rfc3339(result.now),
-        "clamp": format_rfc3339(result.clamp),
-        "postings": result.postings,
-        "entities_posted": len(result.posted),
-        "entities_skipped": len(result.skipped),
-        "entities_with_excluded_intervals": len(result.excluded),
-        "totals_by_account": md_table(["account", "meter", "amount"], rows),
-    })
-    yield dg.MaterializeResult(asset_key="usage_checkpoints", metadata={
-        "entities": result.entities, "unchanged": result.unchanged, "already_posted": result.already_posted,
-    })
-    check = ledger.verify()
-    broken = [d for d in check.discrepancies if d.kind in ("orphan_postings", "ledger_mismatch")]
-    yield dg.AssetCheckResult(asset_key="ledger_postings", check_name="postings_match_usage", passed=not broken,
-                              metadata={"entities": check.entities, "discrepancies": len(broken)})
+    with cause_first():  # the run failure leads with the cause (orchestration/failures.py)
+        tags = context.run.tags
+        now = parse_rfc3339(tags[NOW]) if NOW in tags else to_utc(clock.now())
+        refresh_and_report(context, ledger, "delta_posting_cycle")  # post every stored event; record the fold
+        result = ledger.post(now)
+        summary = result.to_dict()
+        for skipped in (result.skipped + result.excluded)[:20]:
+            context.log.warning(f"skipped {skipped.cloud}/{skipped.project_id}/{skipped.meter}: {skipped.reason}")
+        rows = [[account, meter, amount] for account, by_meter in summary["totals"].items() for meter, amount in by_meter.items()]
+        snapshot = write_analyst_snapshot(context, ledger)
+        yield dg.MaterializeResult(asset_key="ledger_postings", metadata={
+            **snapshot,
+            "cycle_id": result.cycle_id,
+            "now": format_rfc3339(result.now),
+            "clamp": format_rfc3339(result.clamp),
+            "postings": result.postings,
+            "entities_posted": len(result.posted),
+            "entities_skipped": len(result.skipped),
+            "entities_with_excluded_intervals": len(result.excluded),
+            "totals_by_account": md_table(["account", "meter", "amount"], rows),
+        })
+        yield dg.MaterializeResult(asset_key="ledger_cycles", metadata={
+            "cycle_id": result.cycle_id, "entities_posted": len(result.posted),
+            "entities_skipped": len(result.skipped), "entities_with_excluded_intervals": len(result.excluded),
+        })
+        yield dg.MaterializeResult(asset_key="ledger_skips", metadata={
+            "cycle_id": result.cycle_id, "dagster/row_count": len(result.skipped) + len(result.excluded),
+            "examples": md_table(["cloud", "project", "meter", "reason"],
+                                 [[x.cloud, x.project_id, x.meter, x.reason] for x in (result.skipped + result.excluded)[:10]]),
+        })
+        yield dg.MaterializeResult(asset_key="usage_checkpoints", metadata={
+            "entities": result.entities, "unchanged": result.unchanged, "already_posted": result.already_posted,
+        })
+        check = ledger.verify()
+        broken = [d for d in check.discrepancies if d.kind in ("orphan_postings", "ledger_mismatch")]
+        yield dg.AssetCheckResult(asset_key="ledger_postings", check_name="postings_match_usage", passed=not broken,
+                                  metadata={"entities": check.entities, "discrepancies": len(broken)})
 

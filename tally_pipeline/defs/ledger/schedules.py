@@ -4,7 +4,8 @@ import dagster as dg
 
 posting_job = dg.define_asset_job(
     "delta_posting",
-    selection=dg.AssetSelection.assets("ledger_audit", "ledger_postings", "usage_checkpoints"),
+    selection=dg.AssetSelection.assets("ledger_audit", "ledger_postings", "usage_checkpoints", "ledger_cycles",
+                                      "ledger_skips"),
     description="Audit the ledger, then post one checkpoint-delta cycle (skipped when the audit's blocking check fails).",
 )
 posting_schedule = dg.ScheduleDefinition(job=posting_job, cron_schedule="15 * * * *", execution_timezone="UTC",

@@ -4,6 +4,7 @@ import dagster as dg
 
 from tally_pipeline.defs.projection.refresh import projection_metadata
 from tally_pipeline.orchestration.conditions import FOLLOWS_EVENTS
+from tally_pipeline.orchestration.failures import cause_first
 from tally_pipeline.orchestration.resources import TallyStore
 from tally_pipeline.orchestration.snapshot import write_analyst_snapshot
 from tally_pipeline.orchestration.tags import POOL
@@ -31,8 +32,9 @@ from tally_pipeline.orchestration.tags import POOL
 )
 def resource_projection(context: dg.AssetExecutionContext, store: TallyStore):
     """Re-fold the resources touched since the last refresh (a late event re-folds its resource's history)."""
-    result = store.refresh_projection()
-    context.log.info(f"re-folded {result.resources} resources up to event seq {result.watermark} in {result.seconds:.3f}s")
-    snapshot = write_analyst_snapshot(context, store)
-    for key, metadata in projection_metadata(store, result, "resource_projection").items():
-        yield dg.MaterializeResult(asset_key=key, metadata={**metadata, **snapshot})
+    with cause_first():  # the run failure leads with the cause (orchestration/failures.py)
+        result = store.refresh_projection()
+        context.log.info(f"re-folded {result.resources} resources up to event seq {result.watermark} in {result.seconds:.3f}s")
+        snapshot = write_analyst_snapshot(context, store)
+        for key, metadata in projection_metadata(store, result, "resource_projection").items():
+            yield dg.MaterializeResult(asset_key=key, metadata={**metadata, **snapshot})

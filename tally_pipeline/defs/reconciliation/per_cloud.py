@@ -13,10 +13,18 @@ from tally_pipeline.defs.ingest.metadata import cloud_activity_metadata, event_l
 from tally_pipeline.defs.projection.refresh import report_refresh
 from tally_pipeline.defs.reconciliation.requests import follow_up_requests, reconciliation_requests
 from tally_pipeline.orchestration import location
+from tally_pipeline.orchestration.failures import cause_first
 from tally_pipeline.orchestration.metadata import md_table
 from tally_pipeline.orchestration.partitions import cloud_partitions
 from tally_pipeline.orchestration.resources import AdapterSource, Clock, TallyStore
-from tally_pipeline.orchestration.tags import CLOUD, POLL_TIME, POOL, RUN_KEY, SYNC_RUN_ID
+from tally_pipeline.orchestration.runtimes import config_changes
+from tally_pipeline.orchestration.tags import CLOUD, POLL_TIME, POOL, RUN_KEY, SYNC_RUN_ID, SYNC_STATUS
+
+
+def worst(statuses) -> str:
+    """The run's sync outcome over its clouds: failed, else partial, else succeeded."""
+    found = set(statuses)
+    return next((s for s in ("failed", "partial") if s in found), "succeeded")
 
 
 @dg.definitions
@@ -43,7 +51,7 @@ def reconciliation_defs(clouds: list[str]) -> dg.Definitions:
             ),
             dg.AssetSpec(
                 "sync_deferrals", group_name="reconciliation", kinds={"python"}, partitions_def=partitions,
-                deps=["current_resources"],
+                deps=["current_resources", "resource_intervals"],  # the same diff decides what it defers
                 description=(
                     "What each sync deferred instead of correcting (in transition, inside the settle window, held by "
                     "the mass-delete guard, unconfirmed), with when a follow-up may book it."
@@ -57,14 +65,21 @@ def reconciliation_defs(clouds: list[str]) -> dg.Definitions:
     )
     def sync_runs(context: dg.AssetExecutionContext, store: TallyStore, adapters: dg.ResourceParam[AdapterSource],
                   clock: dg.ResourceParam[Clock]):
-        from tally_pipeline.services.reconciliation import SyncInProgress
+        with cause_first():  # a database that refuses us says why, first
+            yield from _sync(context, store, adapters, clock)
+
+    def _sync(context: dg.AssetExecutionContext, store: TallyStore, adapters: AdapterSource, clock: Clock):
+        from tally_pipeline.services.errors import SyncInProgress
 
         tags = context.run.tags
         poll_time = parse_rfc3339(tags[POLL_TIME]) if POLL_TIME in tags else to_utc(clock.now())
         run_key = tags.get(RUN_KEY) or f"dagster:{context.run.run_id}"
         header = ["type", "status", "listed", "corrections", "deferred", "reason"]
-        failures = []
+        failures, partial, statuses = [], [], {}
         for cloud in context.partition_keys:
+            reason = store.config.misconfigured_clouds.get(cloud)
+            if reason is not None:  # fail at once, the reason first (the other clouds are unaffected)
+                raise dg.Failure(f"cloud {cloud!r} is misconfigured: {reason}")
             if cloud not in store.config.clouds and cloud not in clouds:
                 raise dg.Failure(f"cloud {cloud!r} is not configured")
         if CLOUD not in tags and len(context.partition_keys) == 1:
@@ -87,9 +102,12 @@ def reconciliation_defs(clouds: list[str]) -> dg.Definitions:
                 + (f"; {run.error}" if run.error else ""))
             rows = [[rtype, o.status, o.listed, o.corrections, o.deferred, (o.reason or "")[:80]]
                     for rtype, o in run.per_type.items()]
+            statuses[cloud] = run.status
             if run.status == "failed":
                 failures.append((cloud, run.error, rows))
                 continue
+            if run.status == "partial":
+                partial.append((cloud, run.error, rows))
             context.add_asset_metadata(asset_key="sync_runs", partition_key=cloud, metadata={
                 "status": run.status, "created": run.created, "updated": run.updated, "deleted": run.deleted,
                 "recovered": run.recovered, "deferred": run.deferred,
@@ -111,6 +129,8 @@ def reconciliation_defs(clouds: list[str]) -> dg.Definitions:
             report_refresh(context, store, None, f"sync_runs ({', '.join(context.partition_keys)})")
         # Every sync changes what the sync checks see: report them in this run, next to its materialization.
         report(context, store, [*SYNC_CHECKS, *(["events_silent"] if wrote_events else [])])
+        # The run list shows each sync's outcome as a tag (filterable: tally/sync_status=partial).
+        context.instance.add_run_tags(context.run.run_id, {SYNC_STATUS: worst(statuses.values())})
         if failures:
             # Yielding the failed clouds' observations also hands Dagster the events logged above
             # (they are flushed with the next yielded event; a raise alone would drop them).
@@ -122,6 +142,13 @@ def reconciliation_defs(clouds: list[str]) -> dg.Definitions:
                                                             [[c, *r] for c, _, rows in failures for r in rows])})
         yield dg.MaterializeResult(asset_key="sync_runs")
         yield dg.MaterializeResult(asset_key="sync_deferrals")
+        if partial:
+            # Partial is not success (docs/operations.md, "Partial syncs"): what was reconciled is recorded
+            # above as the materialization, then the run fails, its reason first.
+            raise dg.Failure("partial sync: " + "; ".join(f"{c}: {e or 'some types not reconciled'}"
+                                                          for c, e, _ in partial),
+                             metadata={"per_type": md_table(["cloud", *header],
+                                                            [[c, *r] for c, _, rows in partial for r in rows])})
 
     # The alert checks on sync_runs are reported by their sensors every minute; running them as extra
     # steps of every 10-minute sync would only slow each run down.
@@ -137,11 +164,16 @@ def reconciliation_defs(clouds: list[str]) -> dg.Definitions:
     @dg.sensor(job=job, minimum_interval_seconds=30, default_status=dg.DefaultSensorStatus.RUNNING,
                description="Starts a follow-up sync for a cloud as soon as its deferrals' settle window has passed.")
     def settle_window_sensor(context: dg.SensorEvaluationContext, store: TallyStore):
+        changed = config_changes(store.config_path, clouds)
+        if (changed or "") != (context.cursor or ""):  # say it once per change: only a reload applies it
+            if changed:
+                context.log.warning(changed)
+            context.update_cursor(changed or "")
         now = datetime.now(UTC)
         requests = follow_up_requests(store.due_follow_ups(now), clouds, now)
         for request in requests:
             context.log.info(f"follow-up sync for {request.partition_key}: deferrals are ready ({request.run_key})")
-        return requests or dg.SkipReason("no deferral has passed its settle window")
+        return requests or dg.SkipReason("no deferral has passed its settle window" + (f"; {changed}" if changed else ""))
 
     return dg.Definitions(assets=[sync_runs], jobs=[job], schedules=[reconciliation_schedule],
                           sensors=[settle_window_sensor])

@@ -5,9 +5,8 @@ from datetime import datetime, timedelta
 import dagster as dg
 
 from tally_pipeline.core.timeutil import to_utc
-from tally_pipeline.defs.usage.assets import usage_daily
 
-usage_daily_job = dg.define_asset_job("usage_daily_job", selection=[usage_daily],
+usage_daily_job = dg.define_asset_job("usage_daily_job", selection=dg.AssetSelection.assets("usage_daily"),
                                       description="Recompute usage_daily for a day (or a range, in one run).")
 
 

@@ -23,6 +23,7 @@ from psycopg.conninfo import conninfo_to_dict
 from psycopg_pool import ConnectionPool, PoolTimeout
 
 from tally_pipeline.core.envelope import EventRecord
+from tally_pipeline.redaction import redact
 from tally_pipeline.store.base import (
     EventKey,
     RejectedRow,
@@ -102,6 +103,23 @@ DRIVER_ERRORS: tuple[Rule, ...] = (
     (psycopg.OperationalError, lambda exc: StoreUnavailable(f"PostgreSQL unavailable: {exc}")),
     (PoolTimeout, lambda exc: StoreUnavailable(f"PostgreSQL unavailable: {exc}")),
 )
+
+
+class _Pool(ConnectionPool):
+    """A pool that remembers why its latest connection attempt failed (the driver's own message, e.g.
+    ``permission denied for database``): the pool makes connections in the background and only logs
+    their errors, so a caller timing out waiting for one would otherwise learn only that it waited."""
+
+    last_error: str | None = None
+
+    def _connect(self, timeout: float | None = None) -> psycopg.Connection:
+        try:
+            conn = super()._connect(timeout)
+        except psycopg.Error as exc:
+            self.last_error = " ".join(str(exc).split())  # one line: libpq's message spans several
+            raise
+        self.last_error = None
+        return conn
 
 
 class PostgresUnitOfWork(UnitOfWork):
@@ -297,7 +315,7 @@ class PostgresStore(Store):
     ):
         self.url = url
         self.retry_budget_s = retry_budget_s
-        self.pool = ConnectionPool(
+        self.pool = _Pool(
             url,
             min_size=min_size,
             max_size=max_size,
@@ -322,8 +340,15 @@ class PostgresStore(Store):
 
     @contextmanager
     def connection(self) -> Iterator[psycopg.Connection]:
-        with map_exceptions(DRIVER_ERRORS), self.pool.connection() as conn:
-            yield conn
+        try:
+            with map_exceptions(DRIVER_ERRORS), self.pool.connection() as conn:
+                yield conn
+        except StoreUnavailable as exc:
+            waited, why = exc.__cause__, self.pool.last_error
+            if not isinstance(waited, PoolTimeout) or why is None:
+                raise
+            # The cause first (redacted), then how long the caller waited.
+            raise StoreUnavailable(f"PostgreSQL unavailable: {redact(why)} ({waited})") from waited
 
     @contextmanager
     def unit_of_work(self) -> Iterator[PostgresUnitOfWork]:

@@ -1,0 +1,79 @@
+"""The landing-file batches (daily partitions), built when the code location loads: the partitions
+start at the config's ``first_day``."""
+
+import dagster as dg
+
+from tally_pipeline.defs.alerts.states import report
+from tally_pipeline.defs.ingest.landing_folders import landing_files
+from tally_pipeline.defs.ingest.metadata import cloud_activity_metadata, dead_letter_metadata, event_log_metadata
+from tally_pipeline.orchestration import location
+from tally_pipeline.orchestration.failures import cause_first
+from tally_pipeline.orchestration.metadata import md_table
+from tally_pipeline.orchestration.partitions import daily_partitions
+from tally_pipeline.orchestration.resources import TallyStore
+from tally_pipeline.orchestration.tags import POOL
+
+
+@dg.definitions
+def landing_batches() -> dg.Definitions:
+    """raw_event_batches, its daily partitions from the config of the location being loaded."""
+    return dg.Definitions(assets=[raw_event_batches_asset(daily_partitions(location.current().config))])
+
+
+def raw_event_batches_asset(partitions: dg.DailyPartitionsDefinition) -> dg.AssetsDefinition:
+    @dg.asset(
+        group_name="ingest",
+        kinds={"json"},
+        partitions_def=partitions,
+        backfill_policy=dg.BackfillPolicy.single_run(),
+        pool=POOL,
+        description=(
+            "Landing files of one UTC day (landing_dir/YYYY-MM-DD/*.jsonl[.gz] or {\"events\": [...]}) streamed "
+            "through the ingest core. Re-materializing a day is safe: already stored events are duplicates."
+        ),
+    )
+    def raw_event_batches(context: dg.AssetExecutionContext, store: TallyStore) -> None:
+        with cause_first():  # the run failure leads with the cause (orchestration/failures.py)
+            landing_dir = store.config.landing_dir
+            if landing_dir is None:
+                raise dg.Failure("landing_dir is not set in the tally config: there are no landing files to ingest")
+            events, rejected = store.event_count(), store.rejected_count()
+            for day in context.partition_keys:
+                # A range (a backfill, the sensor's catch-up) is one run; each day's materialization
+                # carries that day's own files and counts.
+                totals = {"files": 0, "items": 0, "stored": 0, "duplicates": 0, "rejected": 0}
+                reasons: dict[str, int] = {}
+                rows = []
+                for path in landing_files(landing_dir, day):
+                    summary = store.ingest_file(path)
+                    context.log.info(
+                        f"{path.name}: {summary.items} items, {summary.stored} stored, {summary.duplicates} duplicates, "
+                        f"{summary.rejected} rejected" + (f"; stopped: {summary.error}" if summary.error else "")
+                    )
+                    totals["files"] += 1
+                    for key in ("items", "stored", "duplicates", "rejected"):
+                        totals[key] += getattr(summary, key)
+                    for reason, n in (summary.reasons or {}).items():
+                        reasons[reason] = reasons.get(reason, 0) + n
+                    rows.append([path.name, summary.items, summary.stored, summary.duplicates, summary.rejected,
+                                 summary.error or ""])
+                context.add_asset_metadata(partition_key=day, metadata={
+                    **totals,
+                    "dagster/row_count": totals["stored"],
+                    "rejected_by_reason": dg.MetadataValue.json(reasons),
+                    "files_preview": md_table(["file", "items", "stored", "duplicates", "rejected", "error"], rows[:50]),
+                })
+            record_writes(context, store, events, rejected, f"landing_files ({', '.join(context.partition_keys)})")
+
+    return raw_event_batches
+
+
+def record_writes(context: dg.AssetExecutionContext, store: TallyStore, events: int, rejected: int, by: str) -> None:
+    """Record what this run wrote into the ingest tables as their materializations (so the api_writes
+    sensor does not credit them to the API, and automation need not start a run to record them)."""
+    if store.event_count() != events:
+        context.log_event(dg.AssetMaterialization("event_log", metadata={**event_log_metadata(store), "written_by": by}))
+        context.log_event(dg.AssetMaterialization("cloud_activity", metadata=cloud_activity_metadata(store)))
+        report(context, store, ["events_silent"])
+    if store.rejected_count() != rejected:
+        context.log_event(dg.AssetMaterialization("dead_letter", metadata={**dead_letter_metadata(store), "written_by": by}))

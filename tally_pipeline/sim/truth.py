@@ -30,12 +30,16 @@ class ResourceKey(NamedTuple):
 
 @dataclass(frozen=True, slots=True)
 class Interval:
-    """``[start, end)`` at one size; ``end`` None means still alive when the simulation stops."""
+    """``[start, end)`` at one size and power status; ``end`` None means still alive when the
+    simulation stops. ``status`` is the power or lifecycle status the platform showed (active,
+    shutoff, suspended, paused, shelved_offloaded, lower-cased as events carry it); None for a type
+    whose status no meter prices."""
 
     start: datetime
     end: datetime | None
     project_id: str
     size: Mapping[str, Any]
+    status: str | None = None
 
 
 @dataclass(frozen=True, slots=True)

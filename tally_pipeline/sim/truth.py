@@ -42,6 +42,19 @@ class Interval:
     status: str | None = None
 
 
+#: Power and lifecycle statuses a pricing policy tells apart (nova's API statuses, lower-cased).
+POWER_STATUSES = frozenset({"shutoff", "suspended", "paused", "shelved_offloaded"})
+
+
+def power_class(status: str | None) -> str | None:
+    """The status a bill tells apart: a power status, else ``active`` for a running server (its
+    transitions — build, resize, verify_resize — run at full flavor); None stays None."""
+    if status is None:
+        return None
+    shown = status.lower()
+    return shown if shown in POWER_STATUSES else "active"
+
+
 @dataclass(frozen=True, slots=True)
 class Phase:
     """From ``at`` on (until the next phase) the platform shows this status and task state."""

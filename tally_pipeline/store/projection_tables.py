@@ -27,6 +27,13 @@ INTERVAL_COLUMNS = ("cloud", "resource_type", "resource_id", "interval_no", "lif
 # status), ``size`` as JSON text or already decoded, ``status`` the payload's (NULL when none or empty).
 
 
+def full_interval_rows(rows: Iterable[tuple]) -> list[tuple]:
+    """Interval rows as ``INTERVAL_COLUMNS`` wants them: a row given without its trailing
+    ``platform_status`` (a benchmark's seed, written before statuses existed) gets none."""
+    width = len(INTERVAL_COLUMNS)
+    return [row if len(row) == width else (*row, *([None] * (width - len(row)))) for row in rows]
+
+
 @dataclass(frozen=True, slots=True)
 class StoredFold:
     """A resource's stored state, plus what its intervals say about where the fold left off."""

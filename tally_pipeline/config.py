@@ -12,9 +12,19 @@ from pathlib import Path
 from typing import Annotated, Any, Literal, TypedDict
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, ValidationError, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    PrivateAttr,
+    StringConstraints,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from tally_pipeline.core.errors import TallyError
+from tally_pipeline.core.registry import STATUS_NAME
 from tally_pipeline.redaction import redact, remember_url_password, yaml_error_text
 from tally_pipeline.schemas import default_registry
 
@@ -167,6 +177,16 @@ class LedgerSettings(_Strict):
     window_days: int = Field(default=35, ge=1)
 
 
+class MeterSettings(_Strict):
+    """One meter's billing policy. Default (no entry): every platform status is billed, as ceilometer's
+    notification meters and CloudKitty's default rating bill an instance whatever its power state
+    (docs/ledger.md). A changed policy re-prices history on the next ledger cycle, as deltas."""
+
+    unbilled_statuses: list[Annotated[str, StringConstraints(pattern=STATUS_NAME)]] = Field(
+        default_factory=list,
+        description="platform statuses this meter does not bill, as events carry them (e.g. shelved_offloaded)")
+
+
 class AlertSettings(_Strict):
     events_silent_after: float = Field(default=3600.0, gt=0, description="seconds without collector events")
     events_active_window: float = Field(default=86400.0, gt=0, description="seconds: only clouds active this recently")
@@ -301,6 +321,8 @@ class TallyConfig(_Strict):
     clouds: dict[str, CloudConfig] = Field(default_factory=dict)
     reconciliation: ReconciliationSettings = Field(default_factory=ReconciliationSettings)
     ledger: LedgerSettings = Field(default_factory=LedgerSettings)
+    #: per meter name (vcpu_hours, ram_gb_hours, …): which platform statuses it does not bill
+    meters: dict[str, MeterSettings] = Field(default_factory=dict)
     api: ApiSettings = Field(default_factory=ApiSettings)
     alerts: AlertSettings = Field(default_factory=AlertSettings)
     dead_letter: DeadLetterSettings = Field(default_factory=DeadLetterSettings)
@@ -321,6 +343,16 @@ class TallyConfig(_Strict):
     def cloud_names(self) -> list[str]:
         """Every cloud the file names, misconfigured ones included."""
         return sorted({*self.clouds, *self._misconfigured})
+
+    @model_validator(mode="after")
+    def _known_meters(self) -> TallyConfig:
+        # with a schemas_dir the meters are known only once it is loaded (the runtime checks then)
+        if self.schemas_dir is None:
+            known = {m.name for m in default_registry().meters()}
+            unknown = sorted(set(self.meters) - known)
+            if unknown:
+                raise ValueError(f"meters: {', '.join(unknown)} is not a meter (known: {', '.join(sorted(known))})")
+        return self
 
     @field_validator("database")
     @classmethod

@@ -27,9 +27,10 @@ class Runtime:
 
     @cached_property
     def registry(self) -> SizeSchemaRegistry:
-        if self.config.schemas_dir is None:
-            return default_registry()  # compiled once per process
-        return load_registry(self.config.schemas_dir)
+        base = default_registry() if self.config.schemas_dir is None else load_registry(self.config.schemas_dir)
+        if not self.config.meters:
+            return base  # the packaged one is compiled once per process
+        return base.with_unbilled_statuses({name: m.unbilled_statuses for name, m in self.config.meters.items()})
 
     @property
     def store(self) -> Store:

@@ -35,9 +35,10 @@ class Row:
     resource_type: str = "instance"
     interval_no: int = 1
     cloud: str = "c1"
+    platform_status: str | None = None
 
     def interval(self) -> Interval:
-        return Interval(self.start, self.end, self.size, self.resource_id)
+        return Interval(self.start, self.end, self.size, self.resource_id, self.platform_status)
 
 
 def insert(store: Store, *rows: Row) -> None:
@@ -45,8 +46,10 @@ def insert(store: Store, *rows: Row) -> None:
         for r in rows:
             uow.execute(
                 "INSERT INTO resource_intervals (cloud, resource_type, resource_id, interval_no, lifecycle_no,"
-                " project_id, size, start_at, end_at) VALUES (%s, %s, %s, %s, 1, %s, CAST(%s AS JSON), %s, %s)",
-                [r.cloud, r.resource_type, r.resource_id, r.interval_no, r.project_id, json.dumps(r.size), r.start, r.end],
+                " project_id, size, start_at, end_at, platform_status)"
+                " VALUES (%s, %s, %s, %s, 1, %s, CAST(%s AS JSON), %s, %s, %s)",
+                [r.cloud, r.resource_type, r.resource_id, r.interval_no, r.project_id, json.dumps(r.size), r.start, r.end,
+                 r.platform_status],
             )
 
     store.run(work)

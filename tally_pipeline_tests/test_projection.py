@@ -30,7 +30,7 @@ EVENT_TYPES = {
 
 
 def envelope(event_id: str, resource_id: str, verb: str, when: datetime, project: str | None, gb: int | None,
-             cloud: str = "c1") -> dict:
+             cloud: str = "c1", status: str | None = None) -> dict:
     item = {
         "event_id": event_id,
         "event_type": EVENT_TYPES[verb],
@@ -40,6 +40,8 @@ def envelope(event_id: str, resource_id: str, verb: str, when: datetime, project
         "occurred_at": when.isoformat(),
         "payload": {"size": {"gb": gb}} if gb is not None else {},
     }
+    if status is not None:
+        item["payload"]["status"] = status
     if project is not None:
         item["project_id"] = project
     return item
@@ -53,7 +55,9 @@ def random_history(rng: random.Random, prefix: str, resources: int, events: int)
         when = T0 + timedelta(minutes=rng.randrange(0, 600, 5))
         project = rng.choice(["p1", "p2"]) if verb == "create" else rng.choice(["p1", "p2", None]) if verb == "update" else None
         gb = rng.choice([10, 20, 30]) if verb in ("create", "update") else None
-        out.append(envelope(f"{prefix}-{i}", f"{prefix}-vol-{r}", verb, when, project, gb))
+        # None and "" give no status (an update keeps the current one, a create starts with none)
+        status = rng.choice([None, None, "", "active", "shutoff", "shelved_offloaded"])
+        out.append(envelope(f"{prefix}-{i}", f"{prefix}-vol-{r}", verb, when, project, gb, status=status))
     return out
 
 
@@ -81,9 +85,10 @@ def check_duckdb_lookup_tables(store) -> None:
         wrong = store.query(f"SELECT count(*) FROM {table} WHERE resource_key IS DISTINCT FROM {RESOURCE_KEY}")
         assert wrong == [(0,)], table
     copied = store.query("SELECT cloud, resource_type, resource_id, event_id, verb, occurred_at, project_id, "
-                         "size::VARCHAR, seq FROM folded_events ORDER BY seq")
+                         "size::VARCHAR, seq, status FROM folded_events ORDER BY seq")
     logged = store.query("SELECT cloud, resource_type, resource_id, event_id, verb, occurred_at, project_id, "
-                         "json_extract(payload, '$.size')::VARCHAR, seq FROM events "
+                         "json_extract(payload, '$.size')::VARCHAR, seq, "
+                         "nullif(json_extract_string(payload, '$.status'), '') FROM events "
                          "WHERE seq <= (SELECT watermark FROM projection_state) ORDER BY seq")
     assert copied == logged
 
@@ -94,15 +99,18 @@ def python_fold_of(store) -> tuple[list, list]:
     by_key: dict = {}
     for cloud, rtype, rid, eid, verb, when, project, payload, seq in rows:
         payload = json.loads(payload) if isinstance(payload, str) else payload
-        by_key.setdefault((cloud, rtype, rid), []).append(FoldEvent(eid, verb, when, project, payload.get("size"), seq))
+        by_key.setdefault((cloud, rtype, rid), []).append(
+            FoldEvent(eid, verb, when, project, payload.get("size"), seq, payload.get("status") or None))
     states, intervals = [], []
     for key in sorted(by_key):
         result = fold(by_key[key])
         s = result.state
         size = json.dumps(s.size, sort_keys=True) if s.size is not None else None
-        states.append((*key, s.status, s.project_id, size, s.created_at, s.deleted_at, s.last_event_at, s.last_seq, s.event_count))
+        states.append((*key, s.status, s.project_id, size, s.created_at, s.deleted_at, s.last_event_at, s.last_seq,
+                       s.event_count, s.platform_status))
         for n, iv in enumerate(result.intervals):
-            intervals.append((*key, n, iv.lifecycle_no, iv.project_id, json.dumps(iv.size, sort_keys=True), iv.start, iv.end))
+            intervals.append((*key, n, iv.lifecycle_no, iv.project_id, json.dumps(iv.size, sort_keys=True), iv.start,
+                              iv.end, iv.platform_status))
     return states, intervals
 
 
@@ -368,7 +376,8 @@ def small_histories(draw):
             draw(st.sampled_from(["p1", None])) if verb == "update" else None)
         gb = draw(st.sampled_from([1, 2])) if verb in ("create", "update") else None
         rid = draw(st.sampled_from(["a", "b", "c"]))
-        items.append((i, rid, verb, minute, project, gb))
+        status = draw(st.sampled_from([None, "", "active", "shutoff"])) if verb in ("create", "update") else None
+        items.append((i, rid, verb, minute, project, gb, status))
     return items
 
 
@@ -378,8 +387,9 @@ def test_duckdb_sql_fold_equals_python_fold(registry, spec) -> None:
     """The SQL fold and core.fold agree on arbitrary histories, ties included."""
     store = open_store("duckdb://:memory:")
     prefix = uuid.uuid4().hex[:6]
-    items = [envelope(f"{prefix}-{i:02d}", f"{prefix}-{rid}", verb, T0 + timedelta(minutes=m), project, gb)
-             for i, rid, verb, m, project, gb in spec]
+    items = [envelope(f"{prefix}-{i:02d}", f"{prefix}-{rid}", verb, T0 + timedelta(minutes=m), project, gb,
+                      status=status)
+             for i, rid, verb, m, project, gb, status in spec]
     Ingestor(store, registry).ingest(items, origin="t")
     projection.rebuild(store)  # the SQL fold (small refreshes fold in Python)
     assert table_rows(store) == python_fold_of(store)
@@ -396,8 +406,9 @@ def test_incremental_refresh_in_any_batches_equals_the_python_fold_and_the_sql_r
     earlier ones re-fold histories. One store serves every example (fresh ids each time).
     """
     prefix = uuid.uuid4().hex[:6]
-    items = [envelope(f"{prefix}-{i:02d}", f"{prefix}-{rid}", verb, T0 + timedelta(minutes=m), project, gb)
-             for i, rid, verb, m, project, gb in spec]
+    items = [envelope(f"{prefix}-{i:02d}", f"{prefix}-{rid}", verb, T0 + timedelta(minutes=m), project, gb,
+                      status=status)
+             for i, rid, verb, m, project, gb, status in spec]
     rng.shuffle(items)
     ingestor = Ingestor(store, registry)
     for start in range(0, len(items), batch):
@@ -443,8 +454,9 @@ def test_bulk_refreshes_and_a_rebuild_over_damaged_tables_equal_the_python_fold(
     One store serves every example, so the later ones damage a few rows of many (Postgres then
     writes only what differs; while most rows differ it writes the tables afresh)."""
     prefix = uuid.uuid4().hex[:6]
-    items = [envelope(f"{prefix}-{i:02d}", f"{prefix}-{rid}", verb, T0 + timedelta(minutes=m), project, gb)
-             for i, rid, verb, m, project, gb in spec]
+    items = [envelope(f"{prefix}-{i:02d}", f"{prefix}-{rid}", verb, T0 + timedelta(minutes=m), project, gb,
+                      status=status)
+             for i, rid, verb, m, project, gb, status in spec]
     rng.shuffle(items)
     refresh_in_batches(store, registry, items, batch, python_fold_max=0)
     expected = python_fold_of(store)
@@ -470,8 +482,9 @@ def test_duckdb_resources_that_share_a_resource_key_are_folded_apart(registry, s
     store = open_store("duckdb://:memory:")
     store.run(lambda uow: uow.execute(SHARED_KEYS_MACRO))
     prefix = uuid.uuid4().hex[:6]
-    items = [envelope(f"{prefix}-{i:02d}", f"{prefix}-{rid * (1 + i % 2)}", verb, T0 + timedelta(minutes=m), project, gb)
-             for i, rid, verb, m, project, gb in spec]
+    items = [envelope(f"{prefix}-{i:02d}", f"{prefix}-{rid * (1 + i % 2)}", verb, T0 + timedelta(minutes=m), project, gb,
+                      status=status)
+             for i, rid, verb, m, project, gb, status in spec]
     rng.shuffle(items)
     refresh_in_batches(store, registry, items, batch, python_fold_max=0 if bulk else None)
     expected = python_fold_of(store)
@@ -509,18 +522,20 @@ def test_duckdb_migration_0012_keys_a_folded_projection(tmp_path, registry) -> N
         ingestor = Ingestor(old, registry)
         ingestor.ingest(random_history(random.Random(21), "m", 15, 150), origin="t")
         states, intervals = python_fold_of(old)  # what the release before 0012 had folded
+        old_state, old_interval = STATE_COLUMNS[:-1], INTERVAL_COLUMNS[:-1]  # before 0016: no platform_status
         old.run(lambda uow: uow.executemany(
-            f"INSERT INTO current_resources ({', '.join(STATE_COLUMNS)}) VALUES ({', '.join(['?'] * len(STATE_COLUMNS))})",
-            states))
+            f"INSERT INTO current_resources ({', '.join(old_state)}) VALUES ({', '.join(['?'] * len(old_state))})",
+            [row[:-1] for row in states]))
         old.run(lambda uow: uow.executemany(
-            f"INSERT INTO resource_intervals ({', '.join(INTERVAL_COLUMNS)}) "
-            f"VALUES ({', '.join(['?'] * len(INTERVAL_COLUMNS))})", intervals))
+            f"INSERT INTO resource_intervals ({', '.join(old_interval)}) "
+            f"VALUES ({', '.join(['?'] * len(old_interval))})", [row[:-1] for row in intervals]))
         old.run(lambda uow: uow.execute("UPDATE projection_state SET watermark = (SELECT max(seq) FROM events)"))
         ingestor.ingest(random_history(random.Random(22), "n", 15, 50), origin="t")  # not folded yet
     with open_store(url, migrate=True) as store:
-        check_duckdb_lookup_tables(store)
-        assert store.query("SELECT count(*) FROM folded_events")[0][0] == 150
+        # 0016 empties the projection for a fold with platform status: the refresh copies the whole log
         assert projection.refresh(store).resources > 0
+        check_duckdb_lookup_tables(store)
+        assert store.query("SELECT count(*) FROM folded_events")[0][0] == 200
         assert table_rows(store) == python_fold_of(store)
 
 

@@ -26,6 +26,7 @@ from tally_pipeline.services.ingest import Ingestor
 from tally_pipeline.services.ledger.usage import cumulative_usage
 from tally_pipeline.services.reconciliation import SyncRun, run_sync
 from tally_pipeline.sim import DeliverySpec, Simulation, SimulationSpec, simulate
+from tally_pipeline.sim.truth import power_class
 from tally_pipeline.store import Store, open_store
 
 
@@ -141,6 +142,41 @@ def store_by_entity(store: Store, start: datetime, end: datetime) -> dict[tuple[
     return {(k[0], k[1], k[2]): late.micro.get(k, 0) - early.micro.get(k, 0) for k in keys}
 
 
+def status_hours(store: Store, start: datetime, end: datetime) -> dict[str, Decimal]:
+    """Instance-hours per power class (``sim.truth.power_class`` of each interval's platform status)
+    over ``[start, end)``, from ``resource_intervals``."""
+    rows = store.query("SELECT start_at, end_at, platform_status FROM resource_intervals WHERE resource_type = 'instance'")
+    micros: Counter[str] = Counter()
+    for s, e, status in rows:
+        lo, hi = max(to_utc(s), start), min(to_utc(e) if e is not None else end, end)
+        if hi > lo:
+            micros[str(power_class(status))] += (hi - lo) // timedelta(microseconds=1)
+    return {k: Decimal(v) / Decimal(3_600_000_000) for k, v in micros.items()}
+
+
+def truth_status_hours(sim: Simulation) -> dict[str, Decimal]:
+    micros: Counter[str] = Counter()
+    for _, iv in sim.truth.intervals(resource_type="instance"):
+        lo, hi = max(iv.start, sim.start), min(iv.end if iv.end is not None else sim.end, sim.end)
+        if hi > lo:
+            micros[str(iv.status)] += (hi - lo) // timedelta(microseconds=1)
+    return {k: Decimal(v) / Decimal(3_600_000_000) for k, v in micros.items()}
+
+
+def status_view(d: Drive) -> dict[str, Any]:
+    """Instance-hours per power status: the truth's, and each store's error against it (the share of
+    hours booked under another status, or not at all)."""
+    truth = truth_status_hours(d.sim)
+    plain = status_hours(d.events_only, d.sim.start, d.sim.end)
+    fixed = status_hours(d.reconciled, d.sim.start, d.sim.end)
+    return {
+        status: {"truth_hours": round(float(hours), 4),
+                 "events_only_error": round(_error(plain.get(status, Decimal(0)), hours), 6),
+                 "reconciled_error": round(_error(fixed.get(status, Decimal(0)), hours), 6)}
+        for status, hours in sorted(truth.items())
+    }
+
+
 def tenant_view(d: Drive) -> dict[str, Any]:
     """``tenant.abs_error`` and ``tenant.worst`` for events alone and for events + reconciliation."""
     sim = d.sim
@@ -199,6 +235,7 @@ def report(d: Drive) -> dict[str, Any]:
             "reconciled_error": round(_error(totals["reconciled"], totals["truth"]), 6),
         },
         "tenant": tenant_view(d),
+        "instance_status": status_view(d),
         "events": {"stored": d.ingested["stored"], "duplicates": d.ingested["duplicates"],
                    "rejected": d.ingested["rejected"], "generated": stats.events_generated,
                    "lost": stats.events_lost, "duplicated": stats.events_duplicated},

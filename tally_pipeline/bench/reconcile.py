@@ -49,14 +49,15 @@ def _measure(n: int, database: str, seed: int) -> dict[str, Any]:
         "last_event_at": pa.array([old] * n, utc),
         "last_seq": pa.array(list(range(n)), pa.int64()),
         "event_count": pa.array([1] * n, pa.int32()),
+        "platform_status": ["active"] * n,  # as the listing shows them: only the planted drift differs
     })
 
     def load(uow: Any) -> None:
         uow.con.register("_bench_rows", table)
         uow.con.execute(
             "INSERT INTO current_resources (cloud, resource_type, resource_id, status, project_id, size, created_at, "
-            "last_event_at, last_seq, event_count) SELECT cloud, resource_type, resource_id, status, project_id, "
-            "size::JSON, created_at, last_event_at, last_seq, event_count FROM _bench_rows"
+            "last_event_at, last_seq, event_count, platform_status) SELECT cloud, resource_type, resource_id, status, "
+            "project_id, size::JSON, created_at, last_event_at, last_seq, event_count, platform_status FROM _bench_rows"
         )
         uow.con.unregister("_bench_rows")
 

@@ -9,10 +9,15 @@ services emit only the legacy one.
 =====================================  ===============  =========================================
 event type                             our type         size from the payload
 =====================================  ===============  =========================================
-nova instance create / delete /        instance         the flavor (see ``openstack_nova``)
-soft delete / restore / resize
+nova instance create / delete /        instance         the flavor, and the status nova's API
+soft delete / restore / resize /                        shows after the action (``openstack_nova``)
+power off / on, suspend / resume,
+pause / unpause, shelve / offload /
+unshelve
 volume.create.end / delete.end         volume           size, volume_type (see below)
 volume.resize.end                      volume           the new size
+volume.retype                          volume           the new volume_type (cinder adds it)
+volume.transfer.accept.end             volume           same size; the new project (tenant_id)
 floatingip.create.end / delete.end     floating_ip      floating_network_id
 image.create / upload / activate /     image            size (bytes; null while queued)
 image.delete
@@ -306,6 +311,11 @@ _MAPPINGS: dict[str, _Mapping] = {
     "volume.create.end": _Mapping("volume", _cinder),
     "volume.delete.end": _Mapping("volume", _cinder),
     "volume.resize.end": _Mapping("volume", _cinder),
+    # cinder's retype sends the usage payload with volume_type = the new type's id
+    # (volume/manager.py: extra_usage_info={'volume_type': new_type_id}); a transfer's accept.end
+    # sends the volume as read again after the transfer, so tenant_id is the new project.
+    "volume.retype": _Mapping("volume", _cinder),
+    "volume.transfer.accept.end": _Mapping("volume", _cinder),
     "floatingip.create.end": _Mapping("floating_ip", _neutron),
     "floatingip.delete.end": _Mapping("floating_ip", _neutron),
     "image.create": _Mapping("image", _glance),

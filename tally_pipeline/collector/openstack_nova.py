@@ -11,6 +11,12 @@ nothing is billed twice.
 
 The stored event type is chosen for the verb the fold needs, since the verb rule reads tokens:
 nova's ``soft_delete`` and ``restore`` have neither a ``delete`` nor a ``create`` token.
+
+Power and lifecycle actions (stop = ``power_off``, start = ``power_on``, suspend / resume, pause /
+unpause, shelve / shelve_offload / unshelve) are updates that carry the flavor and the status the
+instance has after them: the fold makes a status change an interval boundary, and meters choose
+which statuses they bill. The status is the one nova's API shows (``SHUTOFF``, not the payload's
+vm_state ``stopped``), lower-cased, so the collector and reconciliation (which reads the API) agree.
 """
 
 from __future__ import annotations
@@ -47,7 +53,27 @@ RESTORE = NovaAction("restore", "compute.instance.restore.create.end", (), True)
 RESIZE_FINISH = NovaAction("resize_finish", "compute.instance.finish_resize.end", (), True)
 RESIZE_REVERT = NovaAction("resize_revert", "compute.instance.resize.revert.end", (), True)
 RESIZE_CONFIRM = NovaAction("resize_confirm", "compute.instance.resize.confirm.end", (), True)
-ACTIONS = (CREATE, DELETE, SOFT_DELETE, RESTORE, RESIZE_FINISH, RESIZE_REVERT, RESIZE_CONFIRM)
+# Power and lifecycle status changes, dated at the message (their payloads carry no instant of their own).
+POWER_OFF = NovaAction("power_off", "compute.instance.power_off.end", (), True)
+POWER_ON = NovaAction("power_on", "compute.instance.power_on.end", (), True)
+SUSPEND = NovaAction("suspend", "compute.instance.suspend.end", (), True)
+RESUME = NovaAction("resume", "compute.instance.resume.end", (), True)
+PAUSE = NovaAction("pause", "compute.instance.pause.end", (), True)
+UNPAUSE = NovaAction("unpause", "compute.instance.unpause.end", (), True)
+SHELVE = NovaAction("shelve", "compute.instance.shelve.end", (), True)
+SHELVE_OFFLOAD = NovaAction("shelve_offload", "compute.instance.shelve_offload.end", (), True)
+UNSHELVE = NovaAction("unshelve", "compute.instance.unshelve.end", (), True)
+POWER_ACTIONS = (POWER_OFF, POWER_ON, SUSPEND, RESUME, PAUSE, UNPAUSE, SHELVE, SHELVE_OFFLOAD, UNSHELVE)
+ACTIONS = (CREATE, DELETE, SOFT_DELETE, RESTORE, RESIZE_FINISH, RESIZE_REVERT, RESIZE_CONFIRM, *POWER_ACTIONS)
+
+#: nova's vm_state (the notifications' ``state``) → the status its API shows, lower-cased: nova's
+#: own table (nova/api/openstack/common.py ``_STATE_MAP``, each state's default).
+API_STATUS = {
+    "active": "active", "building": "build", "stopped": "shutoff", "resized": "verify_resize",
+    "paused": "paused", "suspended": "suspended", "rescued": "rescue", "error": "error",
+    "deleted": "deleted", "soft-delete": "soft_deleted", "soft_deleted": "soft_deleted",
+    "shelved": "shelved", "shelved_offloaded": "shelved_offloaded",
+}
 
 LEGACY_TYPES: dict[str, NovaAction] = {
     "compute.instance.create.end": CREATE,
@@ -57,6 +83,8 @@ LEGACY_TYPES: dict[str, NovaAction] = {
     "compute.instance.finish_resize.end": RESIZE_FINISH,
     "compute.instance.resize.revert.end": RESIZE_REVERT,
     "compute.instance.resize.confirm.end": RESIZE_CONFIRM,
+    # nova's legacy notify_about_instance_usage: "compute.instance." + the action's suffix
+    **{action.event_type: action for action in POWER_ACTIONS},
 }
 VERSIONED_TYPES: dict[str, NovaAction] = {
     "instance.create.end": CREATE,
@@ -66,6 +94,7 @@ VERSIONED_TYPES: dict[str, NovaAction] = {
     "instance.resize_finish.end": RESIZE_FINISH,
     "instance.resize_revert.end": RESIZE_REVERT,
     "instance.resize_confirm.end": RESIZE_CONFIRM,
+    **{f"instance.{action.name}.end": action for action in POWER_ACTIONS},
 }
 
 
@@ -96,9 +125,17 @@ def extract_nova(
         resource_id=text(fields, names["instance_id"]),
         project_id=optional_text(fields, "tenant_id"),
         size=size,
-        status=optional_text(fields, "state"),
+        status=api_status(optional_text(fields, "state")),
     )
     return found, dated
+
+
+def api_status(vm_state: str | None) -> str | None:
+    """The status nova's API shows for a vm_state, lower-cased (an unknown state as given, lower-cased)."""
+    if vm_state is None:
+        return None
+    state = vm_state.lower()
+    return API_STATUS.get(state, state)
 
 
 # Where each format keeps what we read (error messages name the field as the payload spells it).

@@ -22,6 +22,8 @@ from tally_pipeline.core.timeutil import TimestampError, format_rfc3339, parse_r
 from tally_pipeline.core.verbs import Verb, verb_of
 
 MAX_PAYLOAD_BYTES = 64 * 1024
+# payload.status is the platform status the fold carries into the lifecycle (meters bill by it).
+MAX_STATUS_CHARS = 64
 ENVELOPE_FIELDS = (
     "event_id",
     "event_type",
@@ -284,6 +286,10 @@ def _normalise(
             return Rejection("size_schema", f"size_schema: {problem}")
         if stored is not size:  # whole-number floats made integers: the form the meters read
             payload = {**payload, "size": stored}
+    status = payload.get("status")
+    if status is not None and (type(status) is not str or len(status) > MAX_STATUS_CHARS):
+        return Rejection("invalid_payload", f"invalid_payload: payload.status: {str(status)[:80]!r} is not a "
+                                            f"status (a string of at most {MAX_STATUS_CHARS} characters)")
     try:
         payload_json = orjson.dumps(payload, option=orjson.OPT_SORT_KEYS)
         canonical = orjson.dumps(

@@ -4,17 +4,23 @@ Fold order is ``occurred_at``, then verb (create, update, note, delete), then ``
 delivery order of the same events folds to the same result. The rules (docs/projection.md):
 
 - a **create** when the resource is not live starts a lifecycle: an interval opens at its time with
-  its project and size; a create while live acts as an update;
-- an **update** while live changes project (if given) and size; a change opens a new interval at
-  its time; an update when not live (before any create, or after a delete) changes nothing;
+  its project, size and platform status; a create while live acts as an update, except that its
+  platform status (none when it gives none) always replaces the current one;
+- an **update** while live changes project (if given), size and platform status (if given); a
+  change opens a new interval at its time; an update when not live (before any create, or after a
+  delete) changes nothing;
 - a **delete** while live ends the open interval and the lifecycle at its time; a delete when not
   live changes nothing — so a reconciliation delete dated at poll time never beats an earlier real
   delete that arrives later: whichever is earlier ends the lifecycle, the later one is a no-op;
 - a **note** changes nothing;
 - an interval that would end where it starts (zero length) is not kept.
 
-Interval boundaries are the lifecycle start and every effective update whose (project, size)
-differs from the previous effective create/update of the lifecycle.
+The **platform status** is what the platform shows (``payload.status``: active, shutoff,
+suspended, paused, shelved_offloaded, error, available…): meters choose which statuses they bill,
+so a status change is an interval boundary like a resize.
+
+Interval boundaries are the lifecycle start and every effective update whose (project, size,
+platform status) differs from the previous effective create/update of the lifecycle.
 
 Because the fold is a left fold in fold order, events that all come after everything a resource has
 seen can be folded onto its stored result (``resume_from``) instead of its history: that gives the
@@ -44,6 +50,7 @@ class FoldEvent:
     project_id: str | None
     size: dict[str, Any] | None
     seq: int = 0
+    platform_status: str | None = None  # payload.status; None: the event gives none
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,6 +62,7 @@ class Interval:
     project_id: str
     size: dict[str, Any]
     lifecycle_no: int
+    platform_status: str | None = None  # None: no event of the lifecycle gave one
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,6 +75,7 @@ class ResourceState:
     last_event_at: datetime
     last_seq: int
     event_count: int
+    platform_status: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -107,6 +116,7 @@ def fold(events: Iterable[FoldEvent], start: FoldStart | None = None) -> Folded:
     lifecycle = -1
     project: str | None = None
     size: dict[str, Any] | None = None
+    platform: str | None = None  # platform status
     opened_at: datetime | None = None  # start of the open interval
     created_at: datetime | None = None
     deleted_at: datetime | None = None
@@ -115,27 +125,31 @@ def fold(events: Iterable[FoldEvent], start: FoldStart | None = None) -> Folded:
         if ordered[0].occurred_at <= prior.last_event_at:
             raise ValueError("a resumed fold takes only events later than everything already folded")
         live, lifecycle, opened_at = prior.status == "live", start.lifecycle, start.opened_at
-        project, size = prior.project_id, prior.size
+        project, size, platform = prior.project_id, prior.size, prior.platform_status
         created_at, deleted_at = prior.created_at, prior.deleted_at
 
     def close(at: datetime) -> None:
         if opened_at is not None and at > opened_at:
-            intervals.append(Interval(opened_at, at, project or "", size or {}, lifecycle))
+            intervals.append(Interval(opened_at, at, project or "", size or {}, lifecycle, platform))
 
     for event in ordered:
         verb = event.verb
         if verb == "create" and not live:
             live = True
             lifecycle += 1
-            project, size = event.project_id, event.size
+            project, size, platform = event.project_id, event.size, event.platform_status
             opened_at = created_at = event.occurred_at
             deleted_at = None
         elif verb in ("create", "update") and live:
             new_project = event.project_id if event.project_id is not None else project
             new_size = event.size if event.size is not None else size
-            if (new_project, new_size) != (project, size):
+            # A create states the whole resource: its status replaces the current one even when
+            # it gives none (the SQL folds carry a create's "none" like a value).
+            given = event.platform_status
+            new_platform = given if given is not None or verb == "create" else platform
+            if (new_project, new_size, new_platform) != (project, size, platform):
                 close(event.occurred_at)
-                project, size = new_project, new_size
+                project, size, platform = new_project, new_size, new_platform
                 opened_at = event.occurred_at
         elif verb == "delete" and live:
             close(event.occurred_at)
@@ -143,7 +157,7 @@ def fold(events: Iterable[FoldEvent], start: FoldStart | None = None) -> Folded:
             opened_at = None
             deleted_at = event.occurred_at
     if live and opened_at is not None:
-        intervals.append(Interval(opened_at, None, project or "", size or {}, lifecycle))
+        intervals.append(Interval(opened_at, None, project or "", size or {}, lifecycle, platform))
 
     status: Status = "unborn" if lifecycle < 0 else ("live" if live else "deleted")
     state = ResourceState(
@@ -155,6 +169,7 @@ def fold(events: Iterable[FoldEvent], start: FoldStart | None = None) -> Folded:
         last_event_at=max(e.occurred_at for e in ordered),
         last_seq=max(e.seq for e in ordered),
         event_count=len(ordered),
+        platform_status=platform if lifecycle >= 0 else None,
     )
     if start is not None:
         state = dataclasses.replace(state, last_seq=max(state.last_seq, start.state.last_seq),

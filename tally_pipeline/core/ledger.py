@@ -193,7 +193,8 @@ def usage_moved(
     rule. An interval the meters cannot read counts nothing, as in the totals, which report it.
     """
     def by_entity(intervals: Iterable[FoldedInterval]) -> dict[tuple[str, str, str], int]:
-        rows = [(cloud, iv.project_id, resource_type, Interval(iv.start, iv.end, iv.size)) for iv in intervals]
+        rows = [(cloud, iv.project_id, resource_type,
+                 Interval(iv.start, iv.end, iv.size, platform_status=iv.platform_status)) for iv in intervals]
         return usage_by_entity(meters, rows, start, end, skip_unreadable=True)
 
     gained, lost = by_entity(now), by_entity(then)

@@ -9,6 +9,7 @@ deferrals and deletes awaiting the platform's confirmation out. The table:
 | resource                 | nothing live     | ``sync.create``: at the platform's ``created_at`` if the projection never knew it; if it holds it as deleted, at the platform's ``updated`` when that is after the projection's delete (a restore), else at poll time |
 | nothing                  | live resource    | ``sync.delete``, once the platform confirms it: at the real deletion time when the platform gives one, else at poll time |
 | resource, other size/project | live resource | ``sync.update`` at poll time |
+| instance, other status | live resource | ``sync.update`` at poll time (``STATUS_TYPES``) |
 
 Deferred, not corrected: a resource the platform reports in transition (unless it has been in
 transition longer than ``Settings.stuck_after``: then it is booked as listed and counted
@@ -44,6 +45,11 @@ from tally_pipeline.core.platform import (
 
 SYNC_NAMESPACE = uuid.UUID("6f1b7c52-3e7a-5b0e-9c39-7a11e0c0ffee")
 MASS_DELETE_MIN_LIVE = 20
+#: Types whose platform status reconciliation keeps in step with the listing (a difference is a
+#: ``sync.update``): nova's power and lifecycle statuses are what a pricing rule tells apart. The
+#: other services' statuses (a volume's ``in-use`` / ``available``, an address's ``DOWN``) change
+#: with every attach and are recorded as events give them, never corrected.
+STATUS_TYPES = frozenset({"instance"})
 
 Action = Literal["create", "update", "delete"]
 DeferReason = Literal["in_transition", "settle_window", "mass_delete_guard", "unconfirmed"]
@@ -66,6 +72,7 @@ class ProjectedResource:
     project_id: str | None
     size: dict[str, Any] | None
     last_event_us: int
+    platform_status: str | None = None  # the fold's, as the events gave it
 
     @property
     def last_event_at(self) -> datetime:
@@ -73,8 +80,10 @@ class ProjectedResource:
 
     @classmethod
     def at(cls, resource_type: str, resource_id: str, status: str, project_id: str | None,
-           size: dict[str, Any] | None, last_event_at: datetime) -> ProjectedResource:
-        return cls(resource_type, resource_id, status, project_id, size, (last_event_at - _EPOCH) // timedelta(microseconds=1))
+           size: dict[str, Any] | None, last_event_at: datetime, platform_status: str | None = None
+           ) -> ProjectedResource:
+        return cls(resource_type, resource_id, status, project_id, size,
+                   (last_event_at - _EPOCH) // timedelta(microseconds=1), platform_status)
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,6 +97,7 @@ class Correction:
     why: str  # e.g. "not in projection", "deleted in projection", "missing from listing", "size differs"
     recovered: bool = False  # created and deleted between runs, found in the deleted listing
     stuck: bool = False  # booked although in transition, for longer than the bound
+    status: str | None = None  # the platform status it shows (payload.status), lower-cased
 
 
 @dataclass(frozen=True, slots=True)
@@ -222,7 +232,8 @@ def _diff_listed_items(listing: Enumerated, live: Mapping[str, ProjectedResource
         if item.unknown:
             _unknown(item, p, result, outcome)
             continue
-        if p is not None and p.size == item.size and p.project_id == item.project_id:
+        if (p is not None and p.size == item.size and p.project_id == item.project_id
+                and (listing.resource_type not in STATUS_TYPES or p.platform_status == shown_status(item))):
             continue  # in sync: the common case, kept free of calls
         if p is None:
             p = known.get(item.resource_id)  # not live in the projection, or not known at all
@@ -348,10 +359,12 @@ def _diff_listed(item: ListedResource, p: ProjectedResource | None, settle_from:
     rtype, rid = item.resource_type, item.resource_id
     stuck = _stuck(item, now, settings) if item.in_transition else None
     waiting = item.in_transition and stuck is None
+    status = shown_status(item)
     if p is not None and p.status == "live":
-        if (item.project_id, item.size) == (p.project_id, p.size):
+        status_differs = rtype in STATUS_TYPES and p.platform_status != status
+        if (item.project_id, item.size) == (p.project_id, p.size) and not status_differs:
             return
-        what = "size" if item.project_id == p.project_id else "project" if item.size == p.size else "size and project"
+        what = _what_differs(item, p, status_differs)
         if waiting:
             _defer(result, outcome, "update", rtype, rid, "in_transition", f"{what} differs; status {item.status}",
                    now + settings.settle_window)
@@ -361,7 +374,7 @@ def _diff_listed(item: ListedResource, p: ProjectedResource | None, settle_from:
         else:
             result.corrections.append(Correction("update", rtype, rid, now, item.project_id, item.size,
                                                  f"{what} differs" + (f"; {stuck}" if stuck else ""),
-                                                 stuck=stuck is not None))
+                                                 stuck=stuck is not None, status=status))
             outcome.corrections += 1
             outcome.stuck_transition += stuck is not None
         return
@@ -387,15 +400,27 @@ def _diff_listed(item: ListedResource, p: ProjectedResource | None, settle_from:
         when = item.updated_at if restored and item.updated_at is not None else now
         result.corrections.append(Correction("create", rtype, rid, when, item.project_id, item.size,
                                              "deleted in projection" + (f"; {stuck}" if stuck else ""),
-                                             stuck=stuck is not None))
+                                             stuck=stuck is not None, status=status))
         outcome.corrections += 1
         outcome.stuck_transition += stuck is not None
     else:
         result.corrections.append(Correction("create", rtype, rid, item.created_at, item.project_id, item.size,
                                              "not in projection" + (f"; {stuck}" if stuck else ""),
-                                             stuck=stuck is not None))
+                                             stuck=stuck is not None, status=status))
         outcome.corrections += 1
         outcome.stuck_transition += stuck is not None
+
+
+def shown_status(item: ListedResource) -> str | None:
+    """The platform status a listing shows, as events carry it: lower-cased (nova's API says
+    ``SHUTOFF``, its notifications' status is ``shutoff``); None when it shows none."""
+    return item.status.lower() or None if item.status else None
+
+
+def _what_differs(item: ListedResource, p: ProjectedResource, status_differs: bool) -> str:
+    parts = [name for name, differs in (("size", item.size != p.size), ("project", item.project_id != p.project_id),
+                                        ("status", status_differs)) if differs]
+    return " and ".join(parts)
 
 
 def _recover(gone: Iterable[DeletedResource], by_type: Mapping[str, Mapping[str, ProjectedResource]],
@@ -454,6 +479,8 @@ def synthetic_events(cloud: str, run_key: str, corrections: Iterable[Correction]
         payload: dict[str, Any] = {"sync": {"run_key": run_key, "why": c.why}}
         if c.size is not None:
             payload["size"] = c.size
+        if c.status is not None:
+            payload["status"] = c.status
         event: dict[str, Any] = {
             "event_id": synthetic_event_id(cloud, run_key, c.resource_type, c.resource_id, c.action),
             "event_type": EVENT_TYPES[c.action],

@@ -12,14 +12,15 @@ field stays a float and the schema refuses it. What is stored is what the meters
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+import dataclasses
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Annotated, Any
 
 import fastjsonschema
 import jsonschema
 import orjson
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, StringConstraints, ValidationError
 
 from tally_pipeline.core.errors import TallyError
 
@@ -28,12 +29,18 @@ class RegistryError(TallyError, ValueError):
     """A type definition that cannot be used (bad JSON Schema, bad meter)."""
 
 
+#: A platform status as a billing policy names it: as events carry it (nova's and reconciliation's
+#: are lower-case), and never with a comma (the SQL meters match it inside a comma-joined list).
+STATUS_NAME = r"^[^,\s]{1,64}$"
+
+
 class _MeterDef(BaseModel):
     model_config = ConfigDict(extra="forbid")
     unit: str = Field(min_length=1)
     per: str | None = None
     divisor: int = Field(default=1, ge=1)
     description: str = ""
+    unbilled_statuses: list[Annotated[str, StringConstraints(pattern=STATUS_NAME)]] = Field(default_factory=list)
 
 
 class _TypeDef(BaseModel):
@@ -57,6 +64,14 @@ class Meter:
     per: str | None = None
     divisor: int = 1
     description: str = ""
+    #: Platform statuses this meter does not bill (an interval in one uses nothing). Every other
+    #: status is billed, and so is an interval with no status: a policy removes only what it names,
+    #: so a status nobody listed (a new one, an event that gave none) is never silently free.
+    unbilled_statuses: frozenset[str] = frozenset()
+
+    def bills(self, status: str | None) -> bool:
+        """Whether an interval in ``status`` (None: none given) uses this meter."""
+        return status is None or status not in self.unbilled_statuses
 
 
 @dataclass
@@ -180,6 +195,22 @@ class SizeSchemaRegistry:
     def meters(self) -> tuple[Meter, ...]:
         return tuple(m for t in self._types.values() for m in t.meters)
 
+    def with_unbilled_statuses(self, policy: Mapping[str, Iterable[str]]) -> SizeSchemaRegistry:
+        """A registry whose named meters bill every status but ``policy[meter]`` (the configuration's
+        ``meters`` section); the others keep their schema's. An unknown meter name is an error."""
+        known = {m.name for m in self.meters()}
+        unknown = sorted(set(policy) - known)
+        if unknown:
+            raise RegistryError(f"meters: {', '.join(unknown)} not registered (known: {', '.join(sorted(known))})")
+        copy = object.__new__(SizeSchemaRegistry)
+        copy._types = {
+            name: dataclasses.replace(t, meters=tuple(
+                dataclasses.replace(m, unbilled_statuses=frozenset(policy[m.name])) if m.name in policy else m
+                for m in t.meters))
+            for name, t in self._types.items()
+        }
+        return copy
+
 
 def _parse(origin: str, raw: Mapping[str, Any]) -> ResourceType:
     try:
@@ -201,7 +232,7 @@ def _parse(origin: str, raw: Mapping[str, Any]) -> ResourceType:
         raise RegistryError(f"{origin}: size schema cannot be compiled: {exc}") from None
     explain = validator_cls(parsed.size, format_checker=validator_cls.FORMAT_CHECKER)
     meters = tuple(
-        Meter(name, parsed.resource_type, m.unit, m.per, m.divisor, m.description)
+        Meter(name, parsed.resource_type, m.unit, m.per, m.divisor, m.description, frozenset(m.unbilled_statuses))
         for name, m in sorted(parsed.meters.items())
     )
     return ResourceType(parsed.resource_type, parsed.description, parsed.size, meters, compiled, explain,

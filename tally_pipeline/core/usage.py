@@ -42,6 +42,7 @@ class Interval:
     end: datetime | None
     size: Any
     resource_id: str = ""
+    platform_status: str | None = None  # a meter bills it or not (``Meter.bills``)
 
 
 def epoch_us(instant: datetime) -> int:
@@ -71,9 +72,10 @@ def meter_value(meter: Meter, size: Any) -> int:
 def interval_usage_micro(meter: Meter, interval: Interval, through: datetime) -> int:
     """Usage in micro-units of one interval over ``[start, min(end, through))``, truncated.
 
-    An interval that had not begun by ``through`` uses nothing, and its size is not read.
+    An interval that had not begun by ``through``, or in a status the meter does not bill, uses
+    nothing, and its size is not read.
     """
-    if interval.start >= through:
+    if interval.start >= through or not meter.bills(interval.platform_status):
         return 0
     value = meter_value(meter, interval.size)
     stop = through if interval.end is None or interval.end > through else interval.end

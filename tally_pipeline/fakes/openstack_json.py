@@ -29,8 +29,14 @@ _VM_STATE = {
     "ERROR": "error",
     "DELETED": "deleted",
     "SOFT_DELETED": "soft-delete",
+    "SHELVED": "shelved",
     "SHELVED_OFFLOADED": "shelved_offloaded",
+    "RESCUE": "rescued",
 }
+# nova's power_state codes (nova/compute/power_state.py) as the libvirt driver reports them:
+# RUNNING 1, PAUSED 3, SHUTDOWN 4 (also a suspended guest: libvirt saves it and stops it), NOSTATE 0.
+_POWER_STATE = {"PAUSED": 3, "SHUTOFF": 4, "SUSPENDED": 4, "SHELVED": 4, "SHELVED_OFFLOADED": 4,
+                "DELETED": 0, "SOFT_DELETED": 0}
 _NAMESPACE = uuid.UUID("5b0f2e5c-3b1e-4d8e-9a59-0c1a3f6e7d21")
 
 
@@ -108,7 +114,9 @@ def server_json(record: PlatformRecord, *, microversion: tuple[int, int], base_u
         "image": {"id": stable_id("image", "cirros"), "links": []},
         "addresses": {},
         "metadata": {},
-        "hostId": "" if gone else hashlib.sha224(record.project_id.encode()).hexdigest(),
+        # an offloaded server has no host (nova's shelve_offload clears host and node)
+        "hostId": "" if gone or record.status == "SHELVED_OFFLOADED"
+        else hashlib.sha224(record.project_id.encode()).hexdigest(),
         "key_name": None,
         "config_drive": "",
         "progress": 0,
@@ -121,7 +129,7 @@ def server_json(record: PlatformRecord, *, microversion: tuple[int, int], base_u
         ],
         "OS-DCF:diskConfig": "MANUAL",
         "OS-EXT-AZ:availability_zone": "nova",
-        "OS-EXT-STS:power_state": 0 if gone else 1,
+        "OS-EXT-STS:power_state": _POWER_STATE.get(record.status, 1),
         "OS-EXT-STS:task_state": record.task_state,
         "OS-EXT-STS:vm_state": _VM_STATE.get(record.status, "active"),
         "OS-SRV-USG:launched_at": time_naive_micro(record.created_at),

@@ -129,7 +129,8 @@ def _resumable(prior: StoredFold, events: list[FoldEvent]) -> FoldStart | None:
         return None
     size = orjson.loads(prior.size) if isinstance(prior.size, str) else prior.size
     state = ResourceState(prior.status, prior.project_id, size, prior.created_at,  # type: ignore[arg-type]
-                          prior.deleted_at, prior.last_event_at, prior.last_seq, prior.event_count)
+                          prior.deleted_at, prior.last_event_at, prior.last_seq, prior.event_count,
+                          prior.platform_status)
     if prior.status == "unborn":
         return FoldStart(state, -1, None)
     if prior.status == "live" and prior.open_start is not None and prior.last_lifecycle_no is not None:
@@ -153,11 +154,11 @@ def _add_rows(key: Key, result: Folded, first_no: int, states: list[tuple[Any, .
 
 
 def fold_rows_by_resource(rows: Iterable[tuple[Any, ...]]) -> Iterator[tuple[Key, list[FoldEvent]]]:
-    """Fold rows ``(cloud, type, id, event_id, verb, occurred_at, project_id, size, seq)``, grouped by key."""
+    """Fold rows ``(cloud, type, id, event_id, verb, occurred_at, project_id, size, seq, status)``, grouped by key."""
     key: Key | None = None
     batch: list[FoldEvent] = []
     decoded: dict[str, Any] = {}  # sizes repeat (flavors): decode each text once; the fold never mutates them
-    for cloud, rtype, rid, event_id, verb, occurred_at, project_id, size, seq in rows:
+    for cloud, rtype, rid, event_id, verb, occurred_at, project_id, size, seq, status in rows:
         row_key = (cloud, rtype, rid)
         if row_key != key:
             if key is not None:
@@ -168,7 +169,7 @@ def fold_rows_by_resource(rows: Iterable[tuple[Any, ...]]) -> Iterator[tuple[Key
             size = decoded.get(text)
             if size is None:
                 size = decoded[text] = orjson.loads(text)
-        batch.append(FoldEvent(event_id, verb, occurred_at, project_id, size, seq))
+        batch.append(FoldEvent(event_id, verb, occurred_at, project_id, size, seq, status))
     if key is not None:
         yield key, batch
 
@@ -180,9 +181,9 @@ def _json(value: Any) -> str | None:
 def _state_row(key: Key, result: Folded) -> tuple[Any, ...]:
     s = result.state
     return (*key, s.status, s.project_id, _json(s.size), s.created_at, s.deleted_at,
-            s.last_event_at, s.last_seq, s.event_count)
+            s.last_event_at, s.last_seq, s.event_count, s.platform_status)
 
 
 def _interval_rows(key: Key, result: Folded, first_no: int = 0) -> Iterator[tuple[Any, ...]]:
     for number, iv in enumerate(result.intervals, start=first_no):
-        yield (*key, number, iv.lifecycle_no, iv.project_id, _json(iv.size), iv.start, iv.end)
+        yield (*key, number, iv.lifecycle_no, iv.project_id, _json(iv.size), iv.start, iv.end, iv.platform_status)

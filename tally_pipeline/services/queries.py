@@ -47,8 +47,9 @@ def lifecycle(store: Store, cloud: str, resource_type: str, resource_id: str) ->
     if not rows and resource_reads.current_resource(store, key) is None:
         return None
     return [
-        {"start": start, "end": end, "project_id": project, "size": _json(size), "lifecycle": number}
-        for start, end, project, size, number in rows
+        {"start": start, "end": end, "project_id": project, "size": _json(size), "lifecycle": number,
+         "platform_status": platform}
+        for start, end, project, size, number, platform in rows
     ]
 
 
@@ -57,9 +58,9 @@ def resource_state(store: Store, cloud: str, resource_type: str, resource_id: st
     row = resource_reads.current_resource(store, (cloud, resource_type, resource_id))
     if row is None:
         return None
-    status, project, size, created, deleted, last, count = row
+    status, project, size, created, deleted, last, count, platform = row
     return {"status": status, "project_id": project, "size": _json(size), "created_at": created,
-            "deleted_at": deleted, "last_event_at": last, "event_count": count}
+            "deleted_at": deleted, "last_event_at": last, "event_count": count, "platform_status": platform}
 
 
 @dataclass(frozen=True)

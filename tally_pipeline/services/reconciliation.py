@@ -139,8 +139,8 @@ def projected_resources(store: Store, cloud: str) -> list[rules.ProjectedResourc
     enabled = gc.isenabled()
     gc.disable()
     try:
-        return [rules.ProjectedResource(rtype, rid, status, project, parsed(size), last)
-                for rtype, rid, status, project, size, last in rows]
+        return [rules.ProjectedResource(rtype, rid, status, project, parsed(size), last, platform)
+                for rtype, rid, status, project, size, last, platform in rows]
     finally:
         if enabled:
             gc.enable()

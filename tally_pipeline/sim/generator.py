@@ -15,7 +15,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from tally_pipeline.sim.spec import Seconds, SimulationSpec, TransitionTimes
-from tally_pipeline.sim.truth import GroundTruth, Interval, Lifecycle, Phase
+from tally_pipeline.sim.truth import POWER_STATUSES, GroundTruth, Interval, Lifecycle, Phase, power_class
 
 # name, vcpus, ram_mb, disk_gb
 FLAVORS: tuple[tuple[str, int, int, int], ...] = (
@@ -30,6 +30,9 @@ VOLUME_TYPES: tuple[str, ...] = ("standard", "ssd")
 IMAGE_BYTES: tuple[int, int] = (50_000_000, 12_000_000_000)
 _NAME_PREFIX = {"instance": "vm", "volume": "vol", "image": "img", "load_balancer": "lb"}
 _SETTLE_MARGIN = 60  # seconds every lifetime keeps beyond its create and delete transitions
+#: A power episode lasts from ten minutes to six hours, and ends this long before the next change.
+POWER_EPISODE: tuple[int, int] = (600, 6 * 3600)
+_POWER_SHOWN = {status: status.upper() for status in POWER_STATUSES}
 
 
 def random_uuid(rng: random.Random) -> str:
@@ -183,6 +186,57 @@ def _load_balancer(rng: random.Random, ctx: _CloudContext, tr: TransitionTimes, 
         d.phases.append((horizon, "PENDING_DELETE", None))
 
 
+def _power_episodes(rng: random.Random, d: _Draft, rate_per_hour: float, limit: int) -> None:
+    """Stop, suspend, pause or shelve-offload the server for a while, inside the stretches where it
+    is active and nothing else happens (a power action waits for a resize, as nova's task states make
+    it), each starting before ``limit`` and ending a margin before the next change."""
+    phases = sorted(d.phases, key=lambda p: p[0])
+    episodes: list[tuple[int, str, str | None]] = []
+    rate = rate_per_hour / 3600.0
+    for n, (begin, status, task) in enumerate(phases):
+        if status != "ACTIVE" or task is not None:
+            continue
+        stop = phases[n + 1][0] - _SETTLE_MARGIN if n + 1 < len(phases) else None
+        t = float(begin)
+        while True:
+            t += rng.expovariate(rate)
+            start = int(t)
+            if start >= limit or (stop is not None and start >= stop):
+                break
+            finish = start + rng.randint(*POWER_EPISODE)
+            if stop is not None and finish >= stop:
+                break
+            episodes += [(start, _POWER_SHOWN[rng.choice(sorted(POWER_STATUSES))], None), (finish, "ACTIVE", None)]
+            t = float(finish)
+    d.phases = sorted(d.phases + episodes, key=lambda p: p[0])
+
+
+def _versions(d: _Draft, resource_type: str) -> list[tuple[int, int | None, dict[str, Any], str | None]]:
+    """``(begin, end, size, status)``: a new version at each size change and, for an instance, at
+    each change of power class (a bill tells those apart); ``end`` None while alive."""
+    cuts: list[tuple[int, dict[str, Any] | None, str | None]] = [(t, size, None) for t, size in d.sizes]
+    if resource_type == "instance":
+        cuts += [(t, None, power_class(status)) for t, status, _ in d.phases]
+    cuts.sort(key=lambda c: c[0])
+    out: list[list[Any]] = []
+    size: dict[str, Any] | None = None
+    status: str | None = None
+    for t, new_size, new_status in cuts:
+        size = new_size if new_size is not None else size
+        status = new_status if new_status is not None else status
+        if size is None:
+            continue
+        if out and out[-1][0] == t:
+            out[-1][2], out[-1][3] = size, status
+        elif not out or (out[-1][2], out[-1][3]) != (size, status):
+            out.append([t, None, size, status])
+    for i in range(len(out) - 1):
+        out[i][1] = out[i + 1][0]
+    if d.death is not None and out:
+        out[-1][1] = d.death
+    return [tuple(v) for v in out]
+
+
 _BUILDERS = {
     "instance": _instance,
     "volume": _volume,
@@ -265,15 +319,18 @@ def _build(spec: SimulationSpec, rng: random.Random, ctx: _CloudContext, resourc
     name = ctx.next_name(resource_type)
     draft = _Draft(created, death)
     _BUILDERS[resource_type](rng, ctx, spec.transitions, draft, update_rate, spec.window_seconds)
+    power_rate = spec.profiles[resource_type].power_changes_per_hour * spec.churn
+    if resource_type == "instance" and power_rate > 0:
+        # Drawn from a generator of this server's own, so adding power episodes leaves every other
+        # draw of the seed (and so every other resource) as it was.
+        _power_episodes(random.Random(f"{spec.seed}/power/{resource_id}"), draft, power_rate, spec.window_seconds)
 
     def at(offset: int) -> datetime:
         return spec.start + timedelta(seconds=offset)
 
     deleted_at = None if death is None else at(death)
-    intervals = []
-    for i, (begin, size) in enumerate(draft.sizes):
-        end = at(draft.sizes[i + 1][0]) if i + 1 < len(draft.sizes) else deleted_at
-        intervals.append(Interval(at(begin), end, project_id, size))
+    intervals = [Interval(at(begin), None if end is None else at(end), project_id, size, status)
+                 for begin, end, size, status in _versions(draft, resource_type)]
     phases = tuple(Phase(at(t), status, task) for t, status, task in draft.phases)
     return Lifecycle(
         cloud=ctx.name,

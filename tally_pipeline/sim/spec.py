@@ -37,22 +37,27 @@ class TypeProfile:
     share of ``resources`` (arrivals are Poisson at ``count / mean lifetime``).
     ``updates_per_hour`` is per live resource: resizes (instance), extends (volume), association
     changes (floating IP, no size change) or configuration updates (load balancer, no size change).
-    Images change once, when their upload completes.
+    Images change once, when their upload completes. ``power_changes_per_hour`` (instances) starts
+    power episodes while a server is active: stopped, suspended, paused or shelved-offloaded for a
+    while, then active again.
     """
 
     share: float
     mean_lifetime_hours: float
     updates_per_hour: float = 0.0
+    power_changes_per_hour: float = 0.0
 
     def __post_init__(self) -> None:
-        if self.share < 0 or self.mean_lifetime_hours <= 0 or self.updates_per_hour < 0:
+        if (self.share < 0 or self.mean_lifetime_hours <= 0 or self.updates_per_hour < 0
+                or self.power_changes_per_hour < 0):
             raise ValueError(f"invalid type profile {self}")
 
 
 def default_profiles() -> Mapping[str, TypeProfile]:
     # About 60 live resources give roughly 170 creates, 170 deletes and 40 updates per cloud in 48 h.
     return MappingProxyType({
-        "instance": TypeProfile(share=0.40, mean_lifetime_hours=12.0, updates_per_hour=0.02),
+        "instance": TypeProfile(share=0.40, mean_lifetime_hours=12.0, updates_per_hour=0.02,
+                                power_changes_per_hour=0.05),
         "volume": TypeProfile(share=0.25, mean_lifetime_hours=24.0, updates_per_hour=0.02),
         "floating_ip": TypeProfile(share=0.15, mean_lifetime_hours=16.0, updates_per_hour=0.05),
         "image": TypeProfile(share=0.10, mean_lifetime_hours=48.0),

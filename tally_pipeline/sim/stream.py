@@ -40,6 +40,11 @@ EVENT_TYPES: dict[str, tuple[str | None, str, str | None, str]] = {
 # glance announces an image when it is registered (queued), the others when the create finishes.
 _CREATE_ANNOUNCED_AT_REQUEST = frozenset({"image", "floating_ip"})
 _DELETED_STATUS = {"load_balancer": "DELETED", "floating_ip": "DOWN"}
+# nova's legacy event for a change of power status: into one, and out of it back to active
+_POWER_INTO = {"shutoff": "compute.instance.power_off.end", "suspended": "compute.instance.suspend.end",
+               "paused": "compute.instance.pause.end", "shelved_offloaded": "compute.instance.shelve_offload.end"}
+_POWER_OUT_OF = {"shutoff": "compute.instance.power_on.end", "suspended": "compute.instance.resume.end",
+                 "paused": "compute.instance.unpause.end", "shelved_offloaded": "compute.instance.unshelve.end"}
 
 
 @dataclass(frozen=True, slots=True)
@@ -122,12 +127,17 @@ def lifecycle_emissions(lc: Lifecycle) -> list[_Emission]:
         announced = next(
             (p for p in lc.phases if not in_transition(lc.resource_type, p.status, p.task_state)), lc.phases[-1]
         )
-    emit(announced.at, "create", create_type, lc.created_at, first.size, announced.status)
+    emit(announced.at, "create", create_type, lc.created_at, first.size, announced.status.lower())
     if update_type is not None:
-        for interval in lc.intervals[1:]:
+        for before, interval in zip(lc.intervals, lc.intervals[1:]):
             shown = lc.phase_at(interval.start)
-            emit(interval.start, "update", update_type, interval.start, interval.size,
-                 shown.status if shown else "")
+            event_type = update_type
+            if interval.size == before.size and interval.status != before.status and before.status and interval.status:
+                # a power action, as nova announces it (the status is the API's, lower-cased)
+                event_type = (_POWER_INTO[interval.status] if interval.status in _POWER_INTO
+                              else _POWER_OUT_OF[before.status])
+            emit(interval.start, "update", event_type, interval.start, interval.size,
+                 shown.status.lower() if shown else "")
     if lc.deleted_at is not None:
         emit(lc.deleted_at, "delete", delete_type, lc.deleted_at, lc.size,
              _DELETED_STATUS.get(lc.resource_type, "deleted"))

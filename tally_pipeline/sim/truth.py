@@ -30,12 +30,29 @@ class ResourceKey(NamedTuple):
 
 @dataclass(frozen=True, slots=True)
 class Interval:
-    """``[start, end)`` at one size; ``end`` None means still alive when the simulation stops."""
+    """``[start, end)`` at one size and power status; ``end`` None means still alive when the
+    simulation stops. ``status`` is the power or lifecycle status the platform showed (active,
+    shutoff, suspended, paused, shelved_offloaded, lower-cased as events carry it); None for a type
+    whose status no meter prices."""
 
     start: datetime
     end: datetime | None
     project_id: str
     size: Mapping[str, Any]
+    status: str | None = None
+
+
+#: Power and lifecycle statuses a pricing policy tells apart (nova's API statuses, lower-cased).
+POWER_STATUSES = frozenset({"shutoff", "suspended", "paused", "shelved_offloaded"})
+
+
+def power_class(status: str | None) -> str | None:
+    """The status a bill tells apart: a power status, else ``active`` for a running server (its
+    transitions — build, resize, verify_resize — run at full flavor); None stays None."""
+    if status is None:
+        return None
+    shown = status.lower()
+    return shown if shown in POWER_STATUSES else "active"
 
 
 @dataclass(frozen=True, slots=True)

@@ -254,7 +254,8 @@ class Store(abc.ABC):
         """Append ``resource_intervals`` rows as given, through the projection's writer, in one unit of work.
 
         A row is (cloud, resource_type, resource_id, interval_no, lifecycle_no, project_id, size as
-        JSON text, start_at, end_at). Benchmarks seed usage this way, without events to fold.
+        JSON text, start_at, end_at[, platform_status]). Benchmarks seed usage this way, without
+        events to fold.
         """
 
     def close(self) -> None:  # noqa: B027 - backends without resources need nothing

@@ -20,11 +20,18 @@ Key = tuple[str, str, str]
 
 KEY = "cloud, resource_type, resource_id"
 STATE_COLUMNS = ("cloud", "resource_type", "resource_id", "status", "project_id", "size", "created_at",
-                 "deleted_at", "last_event_at", "last_seq", "event_count")
+                 "deleted_at", "last_event_at", "last_seq", "event_count", "platform_status")
 INTERVAL_COLUMNS = ("cloud", "resource_type", "resource_id", "interval_no", "lifecycle_no", "project_id", "size",
-                    "start_at", "end_at")
-# A fold row is (cloud, resource_type, resource_id, event_id, verb, occurred_at, project_id, size, seq),
-# ``size`` as JSON text or already decoded.
+                    "start_at", "end_at", "platform_status")
+# A fold row is (cloud, resource_type, resource_id, event_id, verb, occurred_at, project_id, size, seq,
+# status), ``size`` as JSON text or already decoded, ``status`` the payload's (NULL when none or empty).
+
+
+def full_interval_rows(rows: Iterable[tuple[Any, ...]]) -> list[tuple[Any, ...]]:
+    """Interval rows as ``INTERVAL_COLUMNS`` wants them: a row given without its trailing
+    ``platform_status`` (a benchmark's seed, written before statuses existed) gets none."""
+    width = len(INTERVAL_COLUMNS)
+    return [row if len(row) == width else (*row, *([None] * (width - len(row)))) for row in rows]
 
 
 @dataclass(frozen=True, slots=True)
@@ -40,6 +47,7 @@ class StoredFold:
     last_event_at: datetime
     last_seq: int
     event_count: int
+    platform_status: str | None
     last_interval_no: int | None  # None: no interval
     last_lifecycle_no: int | None  # lifecycle of the last interval
     open_start: datetime | None  # start of the interval with no end, if any

@@ -24,18 +24,19 @@ def resource_history(store: Store, key: ResourceKey) -> list[tuple[Any, ...]]:
 
 
 def resource_intervals(store: Store, key: ResourceKey) -> list[tuple[Any, ...]]:
-    """``(start_at, end_at, project_id, size, lifecycle_no)`` per interval, in order."""
+    """``(start_at, end_at, project_id, size, lifecycle_no, platform_status)`` per interval, in order."""
     return store.query(
-        "SELECT start_at, end_at, project_id, size, lifecycle_no FROM resource_intervals "
+        "SELECT start_at, end_at, project_id, size, lifecycle_no, platform_status FROM resource_intervals "
         "WHERE cloud = %s AND resource_type = %s AND resource_id = %s ORDER BY interval_no",
         list(key),
     )
 
 
 def current_resource(store: Store, key: ResourceKey) -> tuple[Any, ...] | None:
-    """``(status, project_id, size, created_at, deleted_at, last_event_at, event_count)``; None if unknown."""
+    """``(status, project_id, size, created_at, deleted_at, last_event_at, event_count, platform_status)``;
+    None if unknown."""
     rows = store.query(
-        "SELECT status, project_id, size, created_at, deleted_at, last_event_at, event_count "
+        "SELECT status, project_id, size, created_at, deleted_at, last_event_at, event_count, platform_status "
         "FROM current_resources WHERE cloud = %s AND resource_type = %s AND resource_id = %s",
         list(key),
     )

@@ -23,12 +23,13 @@ DEFERRAL_COLUMNS = ("run_id", "cloud", "resource_type", "resource_id", "action",
 
 
 def projection_rows(store: Store, cloud: str) -> list[tuple[Any, ...]]:
-    """``(resource_type, resource_id, status, project_id, size text, last event as epoch µs)`` per resource."""
+    """``(resource_type, resource_id, status, project_id, size text, last event as epoch µs, platform_status)``
+    per resource."""
     epoch_us = ("epoch_us(last_event_at)" if store.dialect == "duckdb"
                 else "(extract(epoch FROM last_event_at) * 1000000)::bigint")
     size = "size::VARCHAR" if store.dialect == "duckdb" else "size::text"
     return store.query(
-        f"SELECT resource_type, resource_id, status, project_id, {size}, {epoch_us} "
+        f"SELECT resource_type, resource_id, status, project_id, {size}, {epoch_us}, platform_status "
         "FROM current_resources WHERE cloud = %s",
         [cloud],
     )

@@ -71,11 +71,20 @@ class UsageSQL(abc.ABC):
         """The µs of interval row ``x`` that lie before ``through``."""
         return f"greatest(0, least(coalesce({x}.e, {through}), {through}) - {x}.s)"
 
+    @staticmethod
+    def unbilled() -> str:
+        """Whether meter ``m`` does not bill interval ``i``'s platform status (``Meter.bills``):
+        ``m.unbilled`` is the statuses as one comma-joined list, commas around (NULL: none)."""
+        return ("(m.unbilled IS NOT NULL AND i.platform_status IS NOT NULL AND strpos(i.platform_status, ',') = 0"
+                " AND strpos(m.unbilled, ',' || i.platform_status || ',') > 0)")
+
     def interval_columns(self) -> str:
         """The columns an interval row carries for ``usage`` and ``bad_value``, from interval ``i``
-        and meter ``m``: value ``v``, start ``s`` and end ``e`` in µs, ``d`` = 3600 × divisor."""
+        and meter ``m``: value ``v`` (0 in a status the meter does not bill: its size is not read),
+        start ``s`` and end ``e`` in µs, ``d`` = 3600 × divisor."""
         return (
-            f"{self.meter_value()} AS v, {self.us('i.start_at')} AS s, {self.us('i.end_at')} AS e,"
+            f"CASE WHEN {self.unbilled()} THEN 0 ELSE {self.meter_value()} END AS v, "
+            f"{self.us('i.start_at')} AS s, {self.us('i.end_at')} AS e,"
             " 3600 * m.divisor AS d, i.size, m.per, m.path, i.resource_type, i.resource_id"
         )
 
@@ -96,16 +105,19 @@ class UsageSQL(abc.ABC):
     # -- relations ----------------------------------------------------------------------------
 
     def meters(self, meters: Sequence[Meter]) -> Fragment:
-        """The registered meters as relation ``m(resource_type, meter, per, path, divisor, unit)``."""
+        """The registered meters as relation ``m(resource_type, meter, per, path, divisor, unit, unbilled)``."""
         if not meters:
             raise ValueError("no meters are registered")
-        row = "(CAST(%s AS TEXT), CAST(%s AS TEXT), CAST(%s AS TEXT), CAST(%s AS TEXT), CAST(%s AS BIGINT), CAST(%s AS TEXT))"
+        row = ("(CAST(%s AS TEXT), CAST(%s AS TEXT), CAST(%s AS TEXT), CAST(%s AS TEXT), CAST(%s AS BIGINT), "
+               "CAST(%s AS TEXT), CAST(%s AS TEXT))")
         params: list[Any] = []
         for meter in meters:
             path = None if meter.per is None else '$."' + meter.per.replace('"', '\\"') + '"'
-            params += [meter.resource_type, meter.name, meter.per, path, meter.divisor, meter.unit]
+            unbilled = "," + ",".join(sorted(meter.unbilled_statuses)) + "," if meter.unbilled_statuses else None
+            params += [meter.resource_type, meter.name, meter.per, path, meter.divisor, meter.unit, unbilled]
         values = ", ".join([row] * len(meters))
-        return Fragment(f"(VALUES {values}) AS m(resource_type, meter, per, path, divisor, unit)", tuple(params))
+        return Fragment(f"(VALUES {values}) AS m(resource_type, meter, per, path, divisor, unit, unbilled)",
+                        tuple(params))
 
     @abc.abstractmethod
     def rows(

@@ -47,10 +47,12 @@ def tally_sync(config: Path, cloud: str, *, at, run_key: str) -> tuple[int, dict
 
 
 def known(database: str, cloud: str, *records: PlatformRecord, at) -> None:
-    """The projection knows these resources live: their collector creates arrived at ``at``."""
+    """The projection knows these resources live: their collector creates arrived at ``at``, with the
+    status the platform shows now (lower-cased, as the collector maps it)."""
     events = [{"event_id": f"c-{r.resource_id}", "event_type": CREATE_EVENT[r.resource_type], "cloud": cloud,
                "resource_type": r.resource_type, "resource_id": r.resource_id, "project_id": r.project_id,
-               "occurred_at": at.isoformat(), "payload": {"size": r.size}} for r in records]
+               "occurred_at": at.isoformat(), "payload": {"size": r.size, "status": r.status.lower()}}
+              for r in records]
     store = open_store(database)
     try:
         outcome = Ingestor(store, default_registry()).ingest(events, origin="collector")

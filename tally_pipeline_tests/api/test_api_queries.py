@@ -31,8 +31,10 @@ def test_history_and_lifecycle(setup) -> None:
     assert body[0]["received_at"].endswith("Z") and body[0]["payload"] == {"size": {"gb": 10}}
     lifecycle = client.get("/v1/resources/c1/volume/vol/with/slashes/lifecycle").json()
     assert lifecycle["intervals"] == [
-        {"start": "2026-03-01T00:00:00Z", "end": "2026-03-01T01:00:00Z", "project_id": "p1", "size": {"gb": 10}, "lifecycle": 0},
-        {"start": "2026-03-01T01:00:00Z", "end": None, "project_id": "p1", "size": {"gb": 20}, "lifecycle": 0},
+        {"start": "2026-03-01T00:00:00Z", "end": "2026-03-01T01:00:00Z", "project_id": "p1", "size": {"gb": 10}, "lifecycle": 0,
+         "platform_status": None},
+        {"start": "2026-03-01T01:00:00Z", "end": None, "project_id": "p1", "size": {"gb": 20}, "lifecycle": 0,
+         "platform_status": None},
     ]
     assert lifecycle["state"]["status"] == "live"
 

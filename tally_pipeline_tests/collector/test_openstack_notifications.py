@@ -161,6 +161,14 @@ CASES: list[tuple[str, dict[str, Any], dict[str, Any]]] = [
     ("cinder resize", cinder("volume.resize.end", size=2),
      {"resource_type": "volume", "resource_id": CEILO_VOLUME, "project_id": CEILO_VOLUME_PROJECT, "verb": "update",
       "occurred_at": "2015-07-16T12:00:00Z", "size": {"gb": 2, "volume_type": CEILO_VOLUME_TYPE}}),
+    ("cinder retype", sample("cinder/volume.retype.json"),
+     {"event_type": "volume.retype", "resource_type": "volume", "resource_id": CEILO_VOLUME,
+      "project_id": CEILO_VOLUME_PROJECT, "verb": "update", "occurred_at": "2015-07-16T12:00:00Z",
+      "size": {"gb": 1, "volume_type": "9b6e2d8c-5f1a-4e3b-8c7d-0a1b2c3d4e5f"}}),
+    ("cinder transfer accepted", sample("cinder/volume.transfer.accept.end.json"),
+     {"event_type": "volume.transfer.accept.end", "resource_type": "volume", "resource_id": CEILO_VOLUME,
+      "project_id": "0a1b2c3d4e5f40718293a4b5c6d7e8f9", "verb": "update", "occurred_at": "2015-07-16T13:00:00Z",
+      "size": {"gb": 1, "volume_type": "9b6e2d8c-5f1a-4e3b-8c7d-0a1b2c3d4e5f"}}),
     ("cinder delete", sample("cinder/volume.delete.end.json"),
      {"resource_type": "volume", "resource_id": CEILO_VOLUME, "project_id": CEILO_VOLUME_PROJECT, "verb": "delete",
       "occurred_at": "2015-07-16T12:00:00Z", "size": {"gb": 1, "volume_type": CEILO_VOLUME_TYPE}}),
@@ -233,7 +241,10 @@ def test_every_mapped_envelope_passes_validation(name: str, notification: dict[s
 def test_each_nova_action_is_stored_under_a_type_whose_verb_is_its_effect() -> None:
     """The verb rule reads tokens: nova's soft_delete and restore need a stored type that says so."""
     effect = {"create": "create", "delete": "delete", "soft_delete": "delete", "restore": "create",
-              "resize_finish": "update", "resize_revert": "update", "resize_confirm": "update"}
+              "resize_finish": "update", "resize_revert": "update", "resize_confirm": "update",
+              # power and lifecycle status changes keep the instance's lifecycle going
+              **{name: "update" for name in ("power_off", "power_on", "suspend", "resume", "pause", "unpause",
+                                             "shelve", "shelve_offload", "unshelve")}}
     assert {a.name: verb_of(a.event_type) for a in ACTIONS} == effect
     assert verb_of("compute.instance.soft_delete.end") == "update"  # why nova's own type is not stored
     assert set(LEGACY_TYPES.values()) == set(VERSIONED_TYPES.values()) == set(ACTIONS)
@@ -340,8 +351,10 @@ def test_nova_versioned_samples_of_types_that_never_change_usage_are_ignored(nam
     ("event_type", "kind", "code"),
     [
         ("compute.instance.create.start", "ignored", "step"),
-        ("compute.instance.shelve_offload.end", "ignored", "no_usage_change"),
-        ("instance.power_off.end", "ignored", "no_usage_change"),
+        ("compute.instance.reboot.end", "ignored", "no_usage_change"),
+        ("instance.reboot.end", "ignored", "no_usage_change"),
+        ("volume.transfer.accept.start", "ignored", "step"),
+        ("volume.transfer.create.end", "ignored", "no_usage_change"),
         ("aggregate.cache_images.progress", "ignored", "step"),
         ("keypair.import.end", "ignored", "no_usage_change"),
         ("servergroup.addmember", "ignored", "no_usage_change"),
@@ -454,3 +467,26 @@ def test_the_docs_mapping_table_names_every_mapped_type() -> None:
         assert f"`{event_type}`" in table, event_type
     for action in ACTIONS:
         assert f"`{action.event_type}`" in table, action.event_type
+
+
+def test_a_retype_and_a_transfer_change_the_volume_at_their_messages(store, registry) -> None:
+    """Created (ceilometer's sample), retyped at 12:00, given to another project at 13:00: three
+    intervals, the type and the project changing exactly at the messages, not at the next poll."""
+    from tally_pipeline.services import projection, queries
+    from tally_pipeline.services.ingest import Ingestor
+
+    names = {CEILO_VOLUME_TYPE: "lvm", "9b6e2d8c-5f1a-4e3b-8c7d-0a1b2c3d4e5f": "ssd"}
+    messages = [sample("cinder/volume.create.end.json"), sample("cinder/volume.transfer.accept.end.json"),
+                sample("cinder/volume.retype.json")]  # any delivery order
+    envelopes, outcomes = map_notifications(messages, cloud="region-one", volume_type_names=names)
+    assert outcomes.mapped == 3
+    assert Ingestor(store, registry).ingest(envelopes, origin="test").stored == 3
+    projection.refresh(store)
+    rows = queries.lifecycle(store, "region-one", "volume", CEILO_VOLUME)
+    receiver = "0a1b2c3d4e5f40718293a4b5c6d7e8f9"
+    iso = lambda at: at and at.strftime("%Y-%m-%dT%H:%M:%SZ")  # noqa: E731
+    assert [(iso(r["start"]), iso(r["end"]), r["project_id"], r["size"]["volume_type"]) for r in rows] == [
+        ("2014-10-28T09:31:20Z", "2015-07-16T12:00:00Z", CEILO_VOLUME_PROJECT, "lvm"),
+        ("2015-07-16T12:00:00Z", "2015-07-16T13:00:00Z", CEILO_VOLUME_PROJECT, "ssd"),
+        ("2015-07-16T13:00:00Z", None, receiver, "ssd"),
+    ]

@@ -131,3 +131,30 @@ def test_intervals_are_ordered_disjoint_and_nonempty(events) -> None:
         previous_end = iv.end if iv.end is not None else iv.start
     open_intervals = [iv for iv in result.intervals if iv.end is None]
     assert len(open_intervals) == (1 if result.state.status == "live" else 0)
+
+
+def st_ev(n: int, verb: str, hours: float, status: str | None, size=S1) -> FoldEvent:
+    return FoldEvent(f"e{n:03d}", verb, at(hours), "p1" if verb == "create" else None,
+                     size if verb in ("create", "update") else None, seq=n, platform_status=status)
+
+
+def test_a_status_change_is_an_interval_boundary_and_the_state_knows_the_status() -> None:
+    """Power off at 2h, on at 5h: three intervals, each with its status; a status-less update keeps it."""
+    result = fold([st_ev(1, "create", 0, "active"), st_ev(2, "update", 2, "shutoff"),
+                   st_ev(3, "update", 3, None), st_ev(4, "update", 5, "active")])
+    assert [(iv.start, iv.end, iv.platform_status) for iv in result.intervals] == [
+        (at(0), at(2), "active"), (at(2), at(5), "shutoff"), (at(5), None, "active")]
+    assert result.state.platform_status == "active"
+
+
+def test_a_lifecycle_never_inherits_the_status_of_the_one_before() -> None:
+    """A create without a status starts with none, even after a shutoff lifecycle or a stray update."""
+    result = fold([st_ev(1, "create", 0, "shutoff"), st_ev(2, "delete", 1, None),
+                   st_ev(3, "update", 2, "paused"), st_ev(4, "create", 3, None)])
+    assert [(iv.lifecycle_no, iv.platform_status) for iv in result.intervals] == [(0, "shutoff"), (1, None)]
+    assert result.state.platform_status is None
+
+
+def test_a_create_while_live_states_the_status_even_when_it_gives_none() -> None:
+    result = fold([st_ev(1, "create", 0, "shutoff"), st_ev(2, "create", 1, None), st_ev(3, "create", 2, "active")])
+    assert [iv.platform_status for iv in result.intervals] == ["shutoff", None, "active"]

@@ -247,3 +247,43 @@ def test_each_type_is_dated_at_its_own_poll_time() -> None:
     result = plan([known("v1"), known("i1", rtype="image")], listings, None, SETTINGS, NOW,
                   poll_times={"volume": NOW, "image": later})
     assert sorted((c.resource_type, c.occurred_at) for c in result.corrections) == [("image", later), ("volume", NOW)]
+
+
+def _server(rid: str, status: str, **kw) -> ListedResource:
+    return listed(rid, rtype="instance", status=status, **kw)
+
+
+def _projected_server(rid: str, platform_status: str | None, **kw) -> ProjectedResource:
+    p = known(rid, rtype="instance", **kw)
+    return ProjectedResource(p.resource_type, p.resource_id, p.status, p.project_id, p.size, p.last_event_us,
+                             platform_status)
+
+
+def test_an_instance_whose_status_differs_is_updated_at_poll_time_with_the_api_status_lower_cased() -> None:
+    c = one(plan([_projected_server("i1", "active")], only([_server("i1", "SHUTOFF")], "instance"), None,
+                 SETTINGS, NOW))
+    assert (c.action, c.occurred_at, c.status, c.size, c.why) == ("update", NOW, "shutoff", S1, "status differs")
+    event = synthetic_events("c1", "run", [c])[0]
+    assert event["event_type"] == "sync.update" and event["payload"]["status"] == "shutoff"
+
+
+def test_an_instance_in_step_with_its_status_is_left_alone() -> None:
+    result = plan([_projected_server("i1", "shutoff")], only([_server("i1", "SHUTOFF")], "instance"), None,
+                  SETTINGS, NOW)
+    assert result.corrections == [] and result.deferrals == []
+
+
+def test_a_recent_status_change_waits_for_the_settle_window() -> None:
+    result = plan([_projected_server("i1", "active")],
+                  only([_server("i1", "SUSPENDED", updated=NOW - timedelta(seconds=30))], "instance"), None,
+                  SETTINGS, NOW)
+    assert result.corrections == []
+    assert [(d.action, d.reason) for d in result.deferrals] == [("update", "settle_window")]
+
+
+def test_a_volume_status_is_recorded_on_create_but_never_corrected() -> None:
+    """Only instances' statuses are kept in step: a volume's changes with every attach."""
+    created = one(plan([], only([listed("v1", status="in-use")]), None, SETTINGS, NOW))
+    assert created.status == "in-use"
+    stale = ProjectedResource("volume", "v2", "live", "p1", S1, known("v2").last_event_us, "available")
+    assert plan([stale], only([listed("v2", status="in-use")]), None, SETTINGS, NOW).corrections == []

@@ -90,7 +90,11 @@ def test_what_never_ran_is_neither_created_nor_recovered_nor_stuck_booked() -> N
     assert result.corrections == []
     assert result.types["instance"].never_ran == {"never_launched": 2}
     assert [(d.resource_id, d.reason) for d in result.deferrals] == [("i2", "in_transition")]
-    # a lifecycle the projection holds keeps going: no delete, no update
-    kept = plan([known("i1", rtype="instance", size=failed.size)], [Enumerated("instance", [failed])], None, BOUND,
-                NOW)
+    # a lifecycle the projection holds keeps going: no delete, no size change; only its status is
+    # recorded (error), and once it is, nothing more
+    known_error = replace(known("i1", rtype="instance", size=failed.size), platform_status="error")
+    kept = plan([known_error], [Enumerated("instance", [failed])], None, BOUND, NOW)
     assert kept.corrections == [] and kept.pending == []
+    noted = plan([known("i1", rtype="instance", size=failed.size)], [Enumerated("instance", [failed])], None, BOUND,
+                 NOW)
+    assert [(c.action, c.status, c.size) for c in noted.corrections] == [("update", "error", failed.size)]

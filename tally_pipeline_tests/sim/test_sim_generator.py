@@ -122,7 +122,11 @@ def test_sizes_change_as_each_service_allows(sim48) -> None:
     for lc in sim48.truth.lifecycles("a"):
         sizes = [i.size for i in lc.intervals]
         if lc.resource_type == "instance":
-            assert all(a["flavor_name"] != b["flavor_name"] for a, b in zip(sizes, sizes[1:]))
+            # a new version is a resize (another flavor) or a power action (same flavor, other status)
+            versions = [(i.size["flavor_name"], i.status) for i in lc.intervals]
+            assert all(a != b for a, b in zip(versions, versions[1:]))
+            assert all(a[0] != b[0] or a[1] != b[1] and "active" in (a[1], b[1])
+                       for a, b in zip(versions, versions[1:]))
         elif lc.resource_type == "volume":
             assert all(a["gb"] < b["gb"] for a, b in zip(sizes, sizes[1:]))
         elif lc.resource_type == "image":
@@ -212,3 +216,18 @@ def test_alive_at_uses_the_index_and_agrees_with_a_scan(sim48) -> None:
             indexed = [lc.resource_id for lc in sim48.truth.alive_at("b", resource_type, at)]
             assert set(indexed) == scanned and len(indexed) == len(scanned)
 
+
+
+def test_instances_go_through_power_episodes_that_the_truth_and_the_phases_agree_on(sim48) -> None:
+    """Power episodes (stopped, suspended, paused, offloaded) happen, each between two active
+    stretches, and every truth interval's status is the power class of the phase shown at its start."""
+    from tally_pipeline.sim.truth import POWER_STATUSES, power_class
+
+    seen: set[str] = set()
+    for lc in sim48.truth.lifecycles(resource_type="instance"):
+        for interval in lc.intervals:
+            phase = lc.phase_at(interval.start)
+            assert phase is not None and power_class(phase.status) == interval.status
+            seen.add(interval.status)
+        assert lc.intervals[0].status == "active"
+    assert POWER_STATUSES <= seen

@@ -42,11 +42,11 @@ FOLD_MEMORY_LIMIT = "1GB"
 RESOURCE_KEY = "tally_resource_key(cloud, resource_type, resource_id)"
 
 _UTC = pa.timestamp("us", tz="UTC")
-_HISTORY_COLUMNS = "event_id, verb, occurred_at, project_id, size::VARCHAR, seq"
+_HISTORY_COLUMNS = "event_id, verb, occurred_at, project_id, size::VARCHAR, seq, status"
 _FOLD_COLUMNS = f"{KEY}, {_HISTORY_COLUMNS}"
 # ``folded_events`` as copied from the log, in its column order.
 _COPY_SELECT = (f"SELECT {RESOURCE_KEY}, cloud, resource_type, resource_id, event_id, verb, occurred_at, project_id, "
-                "json_extract(payload, '$.size'), seq FROM events")
+                "json_extract(payload, '$.size'), seq, nullif(json_extract_string(payload, '$.status'), '') FROM events")
 _STATE_READ = ", ".join(c if c != "size" else "size::VARCHAR" for c in STATE_COLUMNS)
 _TYPES = {"created_at": _UTC, "deleted_at": _UTC, "last_event_at": _UTC, "start_at": _UTC, "end_at": _UTC,
           "last_seq": pa.int64(), "event_count": pa.int32(), "interval_no": pa.int32(), "lifecycle_no": pa.int32()}

@@ -34,6 +34,7 @@ from tally_pipeline.store.duckdb.projection import DuckDBProjectionTables
 from tally_pipeline.store.duckdb.usage_sql import DuckDBUsageSQL
 from tally_pipeline.store.errors import Rule, map_exceptions
 from tally_pipeline.store.migrations import MIGRATIONS_TABLE, migrations_for
+from tally_pipeline.store.projection_tables import full_interval_rows
 
 _UTC_US = pa.timestamp("us", tz="UTC")
 
@@ -254,7 +255,7 @@ class DuckDBStore(Store):
         return self.run(lambda uow: work(DuckDBProjectionTables(uow)))
 
     def load_intervals(self, rows: Sequence[tuple[Any, ...]]) -> None:
-        self.run(lambda uow: DuckDBProjectionTables(uow).replace([], [], rows))
+        self.run(lambda uow: DuckDBProjectionTables(uow).replace([], [], full_interval_rows(rows)))
 
     def applied_migrations(self) -> list[str]:
         with self.connection() as con:

@@ -19,6 +19,10 @@ for what Postgres lacks and for what its sort and window passes cost:
   (starts, effective changes, ends) and each resource's last row, which carries what the state
   needs of the whole history (its position is the event count; a running ``max`` the last seq).
 
+The platform status is carried like the size, through a third dictionary, except that a create
+always gives one: its status, or '' for none (read back as NULL), so a lifecycle's status never
+comes from before its create (the Python fold's rule).
+
 Whether the resource was live just before a row is read off the code of the last create or
 delete before it (its position, and one bit: create). Both window passes share one ordering (the
 inner one's output is already sorted), so the history is sorted once, in parallel where the
@@ -37,22 +41,30 @@ ID_BITS = 31
 ID_MASK = (1 << ID_BITS) - 1
 SIZES = "tally_fold_sizes"
 PROJECTS = "tally_fold_projects"
+STATUSES = "tally_fold_statuses"
 _ORDER = f"PARTITION BY rkey, {KEY} ORDER BY occurred_at, rank, event_id"
 _SIZE = "nullif(e.payload -> 'size', 'null'::jsonb)"
+# What a row gives of the platform status (see the module's note): NULL keeps the current one.
+_STATUS = ("CASE e.verb WHEN 'create' THEN coalesce(nullif(e.payload ->> 'status', ''), '') "
+           "WHEN 'update' THEN nullif(e.payload ->> 'status', '') END")
 
 # ``{source}`` is ``events e``, or a bulk refresh's touched histories copied to ``_touched_events e``.
 DICTIONARIES = (
     (f"CREATE TEMP TABLE _fold_values ON COMMIT DROP AS "
-     f"SELECT {_SIZE} AS size, e.project_id FROM {{source}} GROUP BY 1, 2"),
+     f"SELECT {_SIZE} AS size, e.project_id, {_STATUS} AS status FROM {{source}} GROUP BY 1, 2, 3"),
     (f"CREATE UNLOGGED TABLE {SIZES} AS SELECT row_number() OVER () AS id, size "
      "FROM (SELECT DISTINCT size FROM _fold_values WHERE size IS NOT NULL) d"),
     (f"CREATE UNLOGGED TABLE {PROJECTS} AS SELECT row_number() OVER () AS id, project_id "
      "FROM (SELECT DISTINCT project_id FROM _fold_values WHERE project_id IS NOT NULL) d"),
+    (f"CREATE UNLOGGED TABLE {STATUSES} AS SELECT row_number() OVER () AS id, status "
+     "FROM (SELECT DISTINCT status FROM _fold_values WHERE status IS NOT NULL) d"),
     f"ANALYZE {SIZES}",
     f"ANALYZE {PROJECTS}",
+    f"ANALYZE {STATUSES}",
 )
-DICTIONARY_SIZES = f"SELECT (SELECT count(*) FROM {SIZES}), (SELECT count(*) FROM {PROJECTS})"
-DROP_DICTIONARIES = f"DROP TABLE {SIZES}, {PROJECTS}, _fold_values"
+DICTIONARY_SIZES = (f"SELECT (SELECT count(*) FROM {SIZES}), (SELECT count(*) FROM {PROJECTS}), "
+                    f"(SELECT count(*) FROM {STATUSES})")
+DROP_DICTIONARIES = f"DROP TABLE {SIZES}, {PROJECTS}, {STATUSES}, _fold_values"
 
 
 def _last(value: str) -> str:
@@ -62,10 +74,11 @@ def _last(value: str) -> str:
 
 FOLD_TABLE = f"""
 CREATE TEMP TABLE _fold ON COMMIT DROP AS
-SELECT rkey, {KEY}, occurred_at, rn, is_start, is_end, live_after, is_last, is_mark, pid_ff, sid_ff, last_seq
+SELECT rkey, {KEY}, occurred_at, rn, is_start, is_end, live_after, is_last, is_mark, pid_ff, sid_ff, tid_ff, last_seq
 FROM (
     SELECT *,
-           is_start OR is_end OR (is_update AND (pid_ff IS DISTINCT FROM pid_prev OR sid_ff IS DISTINCT FROM sid_prev))
+           is_start OR is_end OR (is_update AND (pid_ff IS DISTINCT FROM pid_prev OR sid_ff IS DISTINCT FROM sid_prev
+                                                 OR tid_ff IS DISTINCT FROM tid_prev))
                AS is_mark,
            CASE WHEN is_last THEN greatest(seq, seq_before) END AS last_seq
     FROM (
@@ -76,14 +89,16 @@ FROM (
                CASE rank WHEN 0 THEN true WHEN 3 THEN false ELSE live_before END AS live_after,
                -- this row's own value when it gives one, else the last one before it
                CASE WHEN rank <= 1 AND pid IS NOT NULL THEN pid ELSE pid_prev END AS pid_ff,
-               CASE WHEN rank <= 1 AND sid IS NOT NULL THEN sid ELSE sid_prev END AS sid_ff
+               CASE WHEN rank <= 1 AND sid IS NOT NULL THEN sid ELSE sid_prev END AS sid_ff,
+               CASE WHEN rank <= 1 AND tid IS NOT NULL THEN tid ELSE tid_prev END AS tid_ff
         FROM (
-            SELECT rkey, {KEY}, seq, occurred_at, rank, rn, is_last, pid, sid,
+            SELECT rkey, {KEY}, seq, occurred_at, rank, rn, is_last, pid, sid, tid,
                    -- live just before: the last create or delete before this row is a create
                    coalesce((max(CASE WHEN rank IN (0, 3) THEN rn * 2 + (rank = 0)::int END) OVER before) % 2 = 1,
                             false) AS live_before,
                    ({_last("pid")} OVER before) & {ID_MASK} AS pid_prev,
                    ({_last("sid")} OVER before) & {ID_MASK} AS sid_prev,
+                   ({_last("tid")} OVER before) & {ID_MASK} AS tid_prev,
                    max(seq) OVER before AS seq_before
             FROM (
                 SELECT *,
@@ -96,10 +111,11 @@ FROM (
                            e.resource_id COLLATE "C" AS resource_id, e.seq, e.occurred_at,
                            e.event_id COLLATE "C" AS event_id,
                            CASE e.verb WHEN 'create' THEN 0 WHEN 'update' THEN 1 WHEN 'note' THEN 2 ELSE 3 END AS rank,
-                           p.id AS pid, s.id AS sid
+                           p.id AS pid, s.id AS sid, t.id AS tid
                     FROM {{source}}
                     LEFT JOIN {PROJECTS} p ON p.project_id = e.project_id
                     LEFT JOIN {SIZES} s ON s.size = {_SIZE}
+                    LEFT JOIN {STATUSES} t ON t.status = {_STATUS}
                 ) src
                 WINDOW before AS ({_ORDER} ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING)
             ) numbered
@@ -117,12 +133,13 @@ SELECT r.cloud, r.resource_type, r.resource_id,
        CASE WHEN r.created_at IS NULL THEN 'unborn' WHEN r.live THEN 'live' ELSE 'deleted' END AS status,
        p.project_id, s.size, r.created_at,
        CASE WHEN r.created_at IS NOT NULL AND NOT r.live THEN r.deleted_at END AS deleted_at,
-       r.last_event_at, r.last_seq, r.event_count::integer AS event_count
+       r.last_event_at, r.last_seq, r.event_count::integer AS event_count, nullif(t.status, '') AS platform_status
 FROM (
     SELECT {KEY},
            bool_or(live_after) FILTER (WHERE is_last) AS live,
            max((rn << {ID_BITS}) | pid_ff) FILTER (WHERE live_after OR is_end) & {ID_MASK} AS pid,
            max((rn << {ID_BITS}) | sid_ff) FILTER (WHERE live_after OR is_end) & {ID_MASK} AS sid,
+           max((rn << {ID_BITS}) | tid_ff) FILTER (WHERE live_after OR is_end) & {ID_MASK} AS tid,
            max(occurred_at) FILTER (WHERE is_start) AS created_at,
            max(occurred_at) FILTER (WHERE is_end) AS deleted_at,
            max(occurred_at) AS last_event_at, max(last_seq) AS last_seq, max(rn) AS event_count
@@ -131,16 +148,18 @@ FROM (
 ) r
 LEFT JOIN {PROJECTS} p ON p.id = r.pid
 LEFT JOIN {SIZES} s ON s.id = r.sid
+LEFT JOIN {STATUSES} t ON t.id = r.tid
 """
 
 INTERVALS_SELECT = f"""
 SELECT m.cloud, m.resource_type, m.resource_id, m.interval_no::integer AS interval_no,
-       m.lifecycle_no::integer AS lifecycle_no, p.project_id, s.size, m.occurred_at AS start_at, m.next_at AS end_at
+       m.lifecycle_no::integer AS lifecycle_no, p.project_id, s.size, m.occurred_at AS start_at, m.next_at AS end_at,
+       nullif(t.status, '') AS platform_status
 FROM (
     SELECT {KEY}, row_number() OVER (PARTITION BY rkey, {KEY} ORDER BY rn) - 1 AS interval_no, lifecycle_no,
-           pid_ff, sid_ff, occurred_at, next_at
+           pid_ff, sid_ff, tid_ff, occurred_at, next_at
     FROM (
-        SELECT rkey, {KEY}, rn, occurred_at, is_end, pid_ff, sid_ff,
+        SELECT rkey, {KEY}, rn, occurred_at, is_end, pid_ff, sid_ff, tid_ff,
                lead(occurred_at) OVER marks AS next_at,
                sum(CASE WHEN is_start THEN 1 ELSE 0 END) OVER marks - 1 AS lifecycle_no
         FROM _fold
@@ -152,6 +171,7 @@ FROM (
 ) m
 LEFT JOIN {PROJECTS} p ON p.id = m.pid_ff
 LEFT JOIN {SIZES} s ON s.id = m.sid_ff
+LEFT JOIN {STATUSES} t ON t.id = m.tid_ff
 """
 
 

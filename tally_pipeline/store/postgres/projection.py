@@ -52,7 +52,7 @@ ORDER BY c.oid IS NULL, ic.relname
 
 # ``size`` as text: decoded once per distinct value by the fold's reader, not per row by the driver.
 _FOLD_COLUMNS = ("e.cloud, e.resource_type, e.resource_id, e.event_id, e.verb, e.occurred_at, e.project_id, "
-                 "(e.payload -> 'size')::text, e.seq")
+                 "(e.payload -> 'size')::text, e.seq, nullif(e.payload ->> 'status', '')")
 STATE_KEY = ("cloud", "resource_type", "resource_id")
 INTERVAL_KEY = (*STATE_KEY, "interval_no")
 # A bulk refresh joins the whole log to the touched keys: a hash join on the key columns (the
@@ -121,7 +121,7 @@ class PostgresProjectionTables:
         self._keys_table("_keys", keys)
         rows = self.uow.fetchall(f"""
             SELECT c.cloud, c.resource_type, c.resource_id, c.status, c.project_id, c.size::text, c.created_at,
-                   c.deleted_at, c.last_event_at, c.last_seq, c.event_count, i.last_no, i.last_lifecycle, i.open_start
+                   c.deleted_at, c.last_event_at, c.last_seq, c.event_count, c.platform_status, i.last_no, i.last_lifecycle, i.open_start
             FROM _keys k
             JOIN current_resources c USING ({KEY})
             LEFT JOIN LATERAL (
@@ -195,8 +195,8 @@ class PostgresProjectionTables:
         cur = self.cur
         for statement in DICTIONARIES:
             cur.execute(statement.format(source=source))
-        sizes, projects = cur.execute(DICTIONARY_SIZES).fetchone()
-        if max(sizes, projects) > ID_MASK:  # a code would not hold the id: refuse rather than fold wrong
+        sizes, projects, statuses = cur.execute(DICTIONARY_SIZES).fetchone()
+        if max(sizes, projects, statuses) > ID_MASK:  # a code would not hold the id: refuse rather than fold wrong
             raise ValueError(f"the SQL fold takes at most {ID_MASK} distinct sizes and projects "
                              f"({sizes} sizes, {projects} projects)")
         cur.execute(FOLD_TABLE.format(source=source))

@@ -38,7 +38,7 @@ from tally_pipeline.store.postgres.locks import INGEST_LOCK, MIGRATION_LOCK
 from tally_pipeline.store.postgres.projection import PostgresProjectionTables, stable_high_water
 from tally_pipeline.store.postgres.resource_key import resource_filter
 from tally_pipeline.store.postgres.usage_sql import PostgresUsageSQL
-from tally_pipeline.store.projection_tables import pending
+from tally_pipeline.store.projection_tables import full_interval_rows, pending
 
 _STAGE = """
 CREATE TEMP TABLE IF NOT EXISTS _ingest_stage (
@@ -375,7 +375,7 @@ class PostgresStore(Store):
 
     def load_intervals(self, rows: Sequence[tuple[Any, ...]]) -> None:
         # the high-water mark only bounds the projection's reads; the writer does not use it
-        self.run(lambda uow: PostgresProjectionTables(uow, high=0).replace([], [], rows))
+        self.run(lambda uow: PostgresProjectionTables(uow, high=0).replace([], [], full_interval_rows(rows)))
         # statistics for the statements that join the intervals next (a fresh table has none)
         self.run(lambda uow: uow.execute("ANALYZE resource_intervals"))
 

@@ -7,7 +7,7 @@ body reading is async. A store that cannot be reached answers 503 with nothing h
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 import anyio
@@ -16,7 +16,7 @@ from starlette.concurrency import run_in_threadpool
 from starlette.convertors import Convertor, register_url_convertor
 from starlette.exceptions import HTTPException
 from starlette.requests import ClientDisconnect, Request
-from starlette.responses import Response
+from starlette.responses import Response, StreamingResponse
 from starlette.routing import Route
 
 from tally_pipeline.api import resources, sync_routes
@@ -195,18 +195,43 @@ async def get_rejected(ctx: ApiContext, request: Request) -> Response:
 _ROW_ID_MAX = 2**63 - 1
 
 
+#: Characters of a raw item read from the store at a time: a reader holds one slice, not the item.
+RAW_SLICE_CHARS = 256 * 1024
+
+
 async def get_rejected_raw(ctx: ApiContext, request: Request) -> Response:
-    """One dead-letter row's whole raw item, as text: listings carry only a bounded prefix."""
+    """One dead-letter row's raw item, as text, up to the API's body limit: listings carry only a
+    bounded prefix. Streamed a slice at a time, so readers of a large row never hold it whole."""
     require(principal_of(ctx, request), "read")
     rejected_id = request.path_params["rejected_id"]
-    found, raw = (False, None)
+    found, size = (False, None)
     if rejected_id <= _ROW_ID_MAX:
-        found, raw = await run_in_threadpool(ctx.store.rejected_raw, rejected_id)
+        found, size = await run_in_threadpool(ctx.store.rejected_raw_size, rejected_id)
     if not found:
         raise ApiError(error(404, "not_found", f"no dead-letter row {rejected_id}"))
-    if raw is None:
+    if size is None:
         raise ApiError(error(404, "not_found", f"dead-letter row {rejected_id} holds no raw item"))
-    return Response(raw, media_type="text/plain; charset=utf-8")
+    cap = ctx.max_body_bytes
+    headers = {"X-Raw-Bytes": str(size), "X-Raw-Truncated": "true" if size > cap else "false"}
+    return StreamingResponse(_raw_slices(ctx, rejected_id, cap), media_type="text/plain; charset=utf-8",
+                             headers=headers)
+
+
+async def _raw_slices(ctx: ApiContext, rejected_id: int, cap: int) -> AsyncIterator[bytes]:
+    """The raw item's UTF-8 bytes, slice by slice, ending at ``cap`` bytes (on a character boundary)."""
+    sent, start = 0, 0
+    while sent < cap:
+        part = await run_in_threadpool(ctx.store.rejected_raw_part, rejected_id, start, RAW_SLICE_CHARS)
+        if not part:
+            return
+        data = part.encode("utf-8", errors="backslashreplace")
+        if sent + len(data) > cap:
+            data = data[: cap - sent].decode("utf-8", errors="ignore").encode("utf-8")  # whole characters only
+            yield data
+            return
+        yield data
+        sent += len(data)
+        start += len(part)
 
 
 async def healthz(ctx: ApiContext, request: Request) -> Response:

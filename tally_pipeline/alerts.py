@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from datetime import datetime
 
 import orjson
@@ -44,10 +45,13 @@ def ledger_skips(store: Store) -> list[rules.LedgerSkip]:
     return [rules.LedgerSkip(r.cloud, r.project_id, r.meter, r.reason, r.excluded_intervals) for r in rows]
 
 
-def evaluate(store: Store, clouds: list[str], now: datetime, settings: rules.AlertSettings) -> dict[str, rules.Condition]:
+def evaluate(store: Store, clouds: list[str], now: datetime, settings: rules.AlertSettings,
+             watched: Collection[str] = ()) -> dict[str, rules.Condition]:
+    """Every alert's state; ``clouds`` are the configured clouds, ``watched`` the other clouds named in
+    ``alerts.clouds`` (known too: watched for silence and named on ``/metrics``)."""
     runs = last_runs(store)
     return {
-        "events_silent": rules.events_silent(activity(store), now, settings),
+        "events_silent": rules.events_silent(activity(store), now, settings, frozenset(clouds) | frozenset(watched)),
         "sync_stale": rules.sync_stale(clouds, last_success(store), now, settings),
         "sync_errors": rules.sync_errors(runs),
         "drift_high": rules.drift_high(runs, settings),

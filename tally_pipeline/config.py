@@ -17,6 +17,7 @@ from tally_pipeline.redaction import redact, remember_url_password, yaml_error_t
 from tally_pipeline.schemas import default_registry
 
 DEFAULT_DATABASE = "duckdb://.tally/tally.duckdb"
+CLOUD_NAME = r"^[A-Za-z0-9_.-]{1,63}$"
 CONFIG_ENV = "TALLY_CONFIG"
 
 
@@ -149,6 +150,10 @@ class AlertSettings(_Strict):
     events_active_window: float = Field(default=86400.0, gt=0, description="seconds: only clouds active this recently")
     sync_stale_after: float = Field(default=1800.0, gt=0, description="seconds since the last successful sync")
     drift_high: float = Field(default=0.05, gt=0, description="share of live resources corrected by one sync")
+    clouds: list[Annotated[str, Field(pattern=CLOUD_NAME)]] = Field(
+        default_factory=list,
+        description="clouds fed only by collectors, known beside the configured ones: watched for silence and "
+        "named on /metrics (every other unconfigured cloud is counted as 'other')")
 
     def rules(self) -> Any:
         from datetime import timedelta
@@ -209,7 +214,6 @@ class DagsterSettings(_Strict):
 
 
 _NAME = r"^[A-Za-z0-9_.-]{1,200}$"
-CLOUD_NAME = r"^[A-Za-z0-9_.-]{1,63}$"
 DEFAULT_TOPICS = ("notifications", "versioned_notifications")
 DEFAULT_EXCHANGES = ("nova", "cinder", "neutron", "glance", "octavia")
 

@@ -30,6 +30,7 @@ from tally_pipeline.api.http import (  # noqa: F401  (re-exported: tests and the
     decode_cursor,
     encode_cursor,
     error,
+    known_clouds,
     metric_clouds,
     principal_of,
     query_instant,
@@ -249,11 +250,12 @@ METRICS_STORE_DEADLINE = 3.0
 
 async def metrics(ctx: ApiContext, request: Request) -> Response:
     clouds = sorted(ctx.runtime.config.clouds) if ctx.runtime is not None else []
+    known = known_clouds(ctx)
     gauges: list[Any] | None = None
     try:
         with anyio.fail_after(METRICS_STORE_DEADLINE):
             # abandoned on timeout: the thread finishes its wait for the pool on its own
-            gauges = await anyio.to_thread.run_sync(store_families, ctx.store, clouds, abandon_on_cancel=True)
+            gauges = await anyio.to_thread.run_sync(lambda: store_families(ctx.store, clouds, known), abandon_on_cancel=True)
     except (StoreUnavailable, StoreBusy, TimeoutError) as exc:
         log.warning("/metrics without the store's gauges: %s", redact(str(exc)) or "no answer in time")
     return Response(ctx.metrics.render(gauges), headers={"content-type": CONTENT_TYPE})

@@ -91,9 +91,17 @@ def principal_of(ctx: ApiContext, request: Request) -> Principal:
 
 
 def metric_clouds(ctx: ApiContext, principal: Principal) -> frozenset[str]:
-    """The clouds ``/metrics`` may name for this caller's items: the configured ones and those its token names."""
-    configured = frozenset(ctx.runtime.config.clouds) if ctx.runtime is not None else frozenset()
-    return configured | principal.named_clouds()
+    """The clouds ``/metrics`` may name for this caller's items: the known ones and those its token names."""
+    return known_clouds(ctx) | principal.named_clouds()
+
+
+def known_clouds(ctx: ApiContext) -> frozenset[str]:
+    """The configured clouds and those ``alerts.clouds`` names: the only ones ``/metrics`` reads from the
+    store under their own name (every other stored cloud is counted as ``other``)."""
+    if ctx.runtime is None:
+        return frozenset()
+    config = ctx.runtime.config
+    return frozenset(config.clouds) | frozenset(config.alerts.clouds)
 
 
 def require(principal: Principal, scope: str) -> None:

@@ -110,7 +110,7 @@ class TallyDatabase(dg.ConfigurableResource):
     def alert_conditions(self, now: datetime) -> dict[str, Condition]:
         """Every alert's condition over the configured clouds at ``now``."""
         rt = self._rt()
-        return alerts.evaluate(rt.store, sorted(rt.config.clouds), now, rt.config.alerts.rules())
+        return alerts.evaluate(rt.store, sorted(rt.config.clouds), now, rt.config.alerts.rules(), rt.config.alerts.clouds)
 
     def event_count(self) -> int:
         return self._rt().store.event_count()

@@ -178,6 +178,23 @@ class DeadLetterSettings(_Strict):
         description="dead-lettered bytes one token may cause per minute (per API process); beyond: 429")
 
 
+class LandingSettings(_Strict):
+    """What one landing file may hold (``tally ingest`` and the ``raw_event_batches`` asset)."""
+
+    max_item_bytes: int = Field(default=5 * 1024 * 1024, ge=1024,
+                                description="a line, or one element of a document; beyond: item_too_large, an excerpt kept")
+    max_file_bytes: int = Field(default=4 * 1024**3, ge=1024, description="what a file may hold once decompressed")
+    max_ratio: int = Field(default=100, ge=1, description="decompressed over compressed size of a gzip file")
+    excerpt_bytes: int = Field(default=64 * 1024, ge=256, description="of a refused item, kept in the dead letter")
+    follow_symlinks: bool = Field(default=False, description="read a landing file given by a symlink")
+
+    def limits(self) -> Any:
+        from tally_pipeline.landing import LandingLimits
+
+        return LandingLimits(self.max_item_bytes, self.max_file_bytes, self.max_ratio, self.excerpt_bytes,
+                             self.follow_symlinks)
+
+
 class ApiSettings(_Strict):
     host: str = "127.0.0.1"
     port: int = Field(default=8080, ge=0, le=65535)
@@ -276,6 +293,7 @@ class TallyConfig(_Strict):
     tokens_file: Path | None = None
     schemas_dir: Path | None = None
     landing_dir: Path | None = None
+    landing: LandingSettings = Field(default_factory=LandingSettings)
     clouds: dict[str, CloudConfig] = Field(default_factory=dict)
     reconciliation: ReconciliationSettings = Field(default_factory=ReconciliationSettings)
     ledger: LedgerSettings = Field(default_factory=LedgerSettings)

@@ -235,7 +235,7 @@ _TOKEN = re.compile(r'"(?:[^"\\]|\\.)*+"|[\[\]{}"]', re.DOTALL)
 _SCALAR = re.compile(r'"(?:[^"\\]|\\.)*+"|[^,\]}{\[ \t\r\n"]+', re.DOTALL)
 
 
-def _value_end(text: str, pos: int) -> int | None:
+def value_end(text: str, pos: int) -> int | None:
     """Where the JSON value starting at ``pos`` ends, found from its brackets and strings only.
 
     Linear, and with no recursion: it finds the extent of a value the parsers refuse (too deep, a
@@ -287,7 +287,7 @@ def _array_items(text: str) -> tuple[list[str], int] | None:
             try:
                 _, end = _SCAN.raw_decode(text, pos)
             except (ValueError, RecursionError):
-                found = _value_end(text, pos)  # an item no parser takes: refused alone, later
+                found = value_end(text, pos)  # an item no parser takes: refused alone, later
                 if found is None:
                     return None
                 end = found

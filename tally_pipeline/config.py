@@ -205,6 +205,10 @@ class ApiSettings(_Strict):
     body_timeout: float = Field(default=60.0, gt=0, description="seconds from the end of the headers to the end of the declared body")
     keep_alive_timeout: int = Field(default=5, ge=1, description="seconds an idle connection is kept between requests")
     max_connections: int | None = Field(default=1000, ge=1, description="beyond this many open connections a request is answered 503")
+    max_connections_per_client: int | None = Field(
+        default=200, ge=1, description="connections one client address may hold open at once (per API process); beyond: "
+        "503 too_many_connections. Behind a proxy every client is the proxy's address: raise it above the proxy's "
+        "connection pool, or set null")
     sync_workers: int = Field(default=2, ge=1, le=64, description="syncs one API process runs at a time (POST /internal/sync/{cloud}); 1 on DuckDB")
     sync_shutdown_grace: float = Field(
         default=10.0, ge=0, description="seconds a stopping API process waits for its running syncs before recording them failed")

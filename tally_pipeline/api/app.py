@@ -21,7 +21,16 @@ from starlette.routing import Route
 
 from tally_pipeline.api import resources, sync_routes
 from tally_pipeline.api.auth import Principal
-from tally_pipeline.api.bodies import BadBody, BodyTooLarge, events_of, parse_json, raw_text, read_limited
+from tally_pipeline.api.bodies import (
+    BadBody,
+    BodyTooLarge,
+    drain,
+    drain_limit,
+    events_of,
+    parse_json,
+    raw_text,
+    read_limited,
+)
 from tally_pipeline.api.http import (  # noqa: F401  (re-exported: tests and the server build contexts from here)
     DEFAULT_MAX_BODY,
     JSON,
@@ -66,8 +75,12 @@ def _without_credentials(raw: str, request: Request) -> str:
     return clean.replace(presented, MASK) if len(presented) >= 8 else clean
 
 
-def _within_quota(ctx: ApiContext, principal: Principal) -> None:
-    """Refuse a writer whose token has dead-lettered more than its rate allows (429, nothing read)."""
+async def _within_quota(ctx: ApiContext, request: Request, principal: Principal) -> None:
+    """Refuse a writer whose token has dead-lettered more than its rate allows (429, nothing kept).
+
+    The body is read and dropped first (up to a bound), so that the client, still sending, can read
+    the answer and its ``Retry-After`` instead of a reset connection.
+    """
     assert ctx.dead_letter_quota is not None
     wait = ctx.dead_letter_quota.retry_after(principal.name)
     if wait is not None:
@@ -76,6 +89,8 @@ def _within_quota(ctx: ApiContext, principal: Principal) -> None:
                          f"this token dead-lettered more than {ctx.dead_letter_quota.per_minute} bytes a minute; "
                          "fix the rejected items before sending more", retry_after=wait)
         response.headers["Retry-After"] = str(wait)
+        if not await drain(request, drain_limit(ctx.max_body_bytes)):
+            response.headers["Connection"] = "close"
         raise ApiError(response)
 
 
@@ -90,13 +105,17 @@ async def _read_json(ctx: ApiContext, request: Request, principal: Principal) ->
         body = await read_limited(request, ctx.max_body_bytes)
     except BodyTooLarge as exc:
         ctx.metrics.count_request_rejected("body_too_large")
+        # What it cost to refuse is charged like a dead-lettered body: a client looping oversized
+        # bodies meets the same 429 as one looping bad items.
+        _charge(ctx, principal, exc.limit)
         refusal = error(413, "body_too_large", f"request body exceeds {exc.limit} bytes", max_bytes=exc.limit)
-        # Close after answering: kept open, the connection would go on reading (and discarding) the
-        # rest of the oversized body until the body deadline.
+        # Close after answering: the body was drained up to a bound (so the client can read this), and
+        # a body larger than that is left unread.
         refusal.headers["Connection"] = "close"
         raise ApiError(refusal) from None
     try:
-        return parse_json(body), body
+        # Parsing is CPU: in a worker thread, a bounded number at a time, never on the event loop.
+        return await run_in_threadpool(_parse_bounded, ctx, body), body
     except BadBody as bad:
         await run_in_threadpool(_dead_letter_body, ctx, bad.error, f"{bad.error}: {bad.detail}",
                                 _without_credentials(raw_text(body), request))
@@ -105,14 +124,19 @@ async def _read_json(ctx: ApiContext, request: Request, principal: Principal) ->
         raise ApiError(error(400, bad.error, bad.detail)) from None
 
 
+def _parse_bounded(ctx: ApiContext, body: bytes) -> Any:
+    with ctx.parse_slots:
+        return parse_json(body)
+
+
 async def post_events(ctx: ApiContext, request: Request) -> Response:
     principal = principal_of(ctx, request)
     if not principal.may_ingest_any():
         raise ApiError(error(403, "forbidden", "this token has no ingest scope"))
-    _within_quota(ctx, principal)
+    await _within_quota(ctx, request, principal)
     parsed, body = await _read_json(ctx, request, principal)
     try:
-        items = events_of(parsed)
+        items = events_of(parsed)  # a look at the top level only: cheap
     except BadBody as bad:
         await run_in_threadpool(_dead_letter_body, ctx, bad.error, f"{bad.error}: {bad.detail}",
                                 _without_credentials(raw_text(body), request))
@@ -134,7 +158,7 @@ async def post_event(ctx: ApiContext, request: Request) -> Response:
     principal = principal_of(ctx, request)
     if not principal.may_ingest_any():
         raise ApiError(error(403, "forbidden", "this token has no ingest scope"))
-    _within_quota(ctx, principal)
+    await _within_quota(ctx, request, principal)
     item, body = await _read_json(ctx, request, principal)
     outcome: BatchOutcome = await run_in_threadpool(
         ctx.ingestor.ingest, [item], origin="api", may_write=principal.may_ingest, raw_of=lambda _: raw_text(body)

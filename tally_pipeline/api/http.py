@@ -6,6 +6,7 @@ from __future__ import annotations
 import base64
 import binascii
 import json
+import threading
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -63,8 +64,11 @@ class ApiContext:
     runtime: Any = None  # the Runtime, for calls that need the configuration (a sync)
     dead_letter_quota: DeadLetterQuota | None = None  # None: from the runtime's configuration (or the default)
     syncs: Any = None  # the SyncLauncher of POST /internal/sync/{cloud}; None: built from the runtime when first used
+    parse_workers: int = 2  # bodies parsed at once, each in a worker thread (the rest wait their turn there)
+    parse_slots: threading.BoundedSemaphore = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
+        self.parse_slots = threading.BoundedSemaphore(self.parse_workers)
         if self.dead_letter_quota is None:
             per_minute = DEFAULT_PER_MINUTE
             if self.runtime is not None:

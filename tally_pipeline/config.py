@@ -24,11 +24,13 @@ from pydantic import (
 )
 
 from tally_pipeline.core.errors import TallyError
+from tally_pipeline.core.landing import LandingLimits
 from tally_pipeline.core.registry import STATUS_NAME
 from tally_pipeline.redaction import redact, remember_url_password, yaml_error_text
 from tally_pipeline.schemas import default_registry
 
 DEFAULT_DATABASE = "duckdb://.tally/tally.duckdb"
+CLOUD_NAME = r"^[A-Za-z0-9_.-]{1,63}$"
 CONFIG_ENV = "TALLY_CONFIG"
 
 
@@ -195,6 +197,10 @@ class AlertSettings(_Strict):
                               "a cloud whose collectors lose events drifts about that share at steady state")
     drift_warmup_syncs: int = Field(default=2, ge=0, description="a cloud's first syncs not judged on drift "
                                     "(they correct what its events missed before tally listened)")
+    clouds: list[Annotated[str, Field(pattern=CLOUD_NAME)]] = Field(
+        default_factory=list,
+        description="clouds fed only by collectors, known beside the configured ones: watched for silence and "
+        "named on /metrics (every other unconfigured cloud is counted as 'other')")
 
     def rules(self) -> Any:
         from datetime import timedelta
@@ -219,6 +225,21 @@ class DeadLetterSettings(_Strict):
         description="dead-lettered bytes one token may cause per minute (per API process); beyond: 429")
 
 
+class LandingSettings(_Strict):
+    """What one landing file may hold (``tally ingest`` and the ``raw_event_batches`` asset)."""
+
+    max_item_bytes: int = Field(default=5 * 1024 * 1024, ge=1024,
+                                description="a line, or one element of a document; beyond: item_too_large, an excerpt kept")
+    max_file_bytes: int = Field(default=4 * 1024**3, ge=1024, description="what a file may hold once decompressed")
+    max_ratio: int = Field(default=100, ge=1, description="decompressed over compressed size of a gzip file")
+    excerpt_bytes: int = Field(default=64 * 1024, ge=256, description="of a refused item, kept in the dead letter")
+    follow_symlinks: bool = Field(default=False, description="read a landing file given by a symlink")
+
+    def limits(self) -> LandingLimits:
+        return LandingLimits(self.max_item_bytes, self.max_file_bytes, self.max_ratio, self.excerpt_bytes,
+                             self.follow_symlinks)
+
+
 class ApiSettings(_Strict):
     host: str = "127.0.0.1"
     port: int = Field(default=8080, ge=0, le=65535)
@@ -229,6 +250,10 @@ class ApiSettings(_Strict):
     body_timeout: float = Field(default=60.0, gt=0, description="seconds from the end of the headers to the end of the declared body")
     keep_alive_timeout: int = Field(default=5, ge=1, description="seconds an idle connection is kept between requests")
     max_connections: int | None = Field(default=1000, ge=1, description="beyond this many open connections a request is answered 503")
+    max_connections_per_client: int | None = Field(
+        default=200, ge=1, description="connections one client address may hold open at once (per API process); beyond: "
+        "503 too_many_connections. Behind a proxy every client is the proxy's address: raise it above the proxy's "
+        "connection pool, or set null")
     sync_workers: int = Field(default=2, ge=1, le=64, description="syncs one API process runs at a time (POST /internal/sync/{cloud}); 1 on DuckDB")
     sync_shutdown_grace: float = Field(
         default=10.0, ge=0, description="seconds a stopping API process waits for its running syncs before recording them failed")
@@ -255,7 +280,6 @@ class DagsterSettings(_Strict):
 
 
 _NAME = r"^[A-Za-z0-9_.-]{1,200}$"
-CLOUD_NAME = r"^[A-Za-z0-9_.-]{1,63}$"
 DEFAULT_TOPICS = ("notifications", "versioned_notifications")
 DEFAULT_EXCHANGES = ("nova", "cinder", "neutron", "glance", "octavia")
 
@@ -318,6 +342,7 @@ class TallyConfig(_Strict):
     tokens_file: Path | None = None
     schemas_dir: Path | None = None
     landing_dir: Path | None = None
+    landing: LandingSettings = Field(default_factory=LandingSettings)
     clouds: dict[str, CloudConfig] = Field(default_factory=dict)
     reconciliation: ReconciliationSettings = Field(default_factory=ReconciliationSettings)
     ledger: LedgerSettings = Field(default_factory=LedgerSettings)

@@ -7,7 +7,7 @@ body reading is async. A store that cannot be reached answers 503 with nothing h
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 import anyio
@@ -16,12 +16,21 @@ from starlette.concurrency import run_in_threadpool
 from starlette.convertors import Convertor, register_url_convertor
 from starlette.exceptions import HTTPException
 from starlette.requests import ClientDisconnect, Request
-from starlette.responses import Response
+from starlette.responses import Response, StreamingResponse
 from starlette.routing import Route
 
 from tally_pipeline.api import resources, sync_routes
 from tally_pipeline.api.auth import Principal
-from tally_pipeline.api.bodies import BadBody, BodyTooLarge, events_of, parse_json, raw_text, read_limited
+from tally_pipeline.api.bodies import (
+    BadBody,
+    BodyTooLarge,
+    drain,
+    drain_limit,
+    events_of,
+    parse_json,
+    raw_text,
+    read_limited,
+)
 from tally_pipeline.api.http import (  # noqa: F401  (re-exported: tests and the server build contexts from here)
     DEFAULT_MAX_BODY,
     JSON,
@@ -30,6 +39,7 @@ from tally_pipeline.api.http import (  # noqa: F401  (re-exported: tests and the
     decode_cursor,
     encode_cursor,
     error,
+    known_clouds,
     metric_clouds,
     principal_of,
     query_instant,
@@ -64,8 +74,12 @@ def _without_credentials(raw: str, request: Request) -> str:
     return clean.replace(presented, MASK) if len(presented) >= 8 else clean
 
 
-def _within_quota(ctx: ApiContext, principal: Principal) -> None:
-    """Refuse a writer whose token has dead-lettered more than its rate allows (429, nothing read)."""
+async def _within_quota(ctx: ApiContext, request: Request, principal: Principal) -> None:
+    """Refuse a writer whose token has dead-lettered more than its rate allows (429, nothing kept).
+
+    The body is read and dropped first (up to a bound), so that the client, still sending, can read
+    the answer and its ``Retry-After`` instead of a reset connection.
+    """
     assert ctx.dead_letter_quota is not None
     wait = ctx.dead_letter_quota.retry_after(principal.name)
     if wait is not None:
@@ -74,6 +88,8 @@ def _within_quota(ctx: ApiContext, principal: Principal) -> None:
                          f"this token dead-lettered more than {ctx.dead_letter_quota.per_minute} bytes a minute; "
                          "fix the rejected items before sending more", retry_after=wait)
         response.headers["Retry-After"] = str(wait)
+        if not await drain(request, drain_limit(ctx.max_body_bytes)):
+            response.headers["Connection"] = "close"
         raise ApiError(response)
 
 
@@ -88,13 +104,17 @@ async def _read_json(ctx: ApiContext, request: Request, principal: Principal) ->
         body = await read_limited(request, ctx.max_body_bytes)
     except BodyTooLarge as exc:
         ctx.metrics.count_request_rejected("body_too_large")
+        # What it cost to refuse is charged like a dead-lettered body: a client looping oversized
+        # bodies meets the same 429 as one looping bad items.
+        _charge(ctx, principal, exc.limit)
         refusal = error(413, "body_too_large", f"request body exceeds {exc.limit} bytes", max_bytes=exc.limit)
-        # Close after answering: kept open, the connection would go on reading (and discarding) the
-        # rest of the oversized body until the body deadline.
+        # Close after answering: the body was drained up to a bound (so the client can read this), and
+        # a body larger than that is left unread.
         refusal.headers["Connection"] = "close"
         raise ApiError(refusal) from None
     try:
-        return parse_json(body), body
+        # Parsing is CPU: in a worker thread, a bounded number at a time, never on the event loop.
+        return await run_in_threadpool(_parse_bounded, ctx, body), body
     except BadBody as bad:
         await run_in_threadpool(_dead_letter_body, ctx, bad.error, f"{bad.error}: {bad.detail}",
                                 _without_credentials(raw_text(body), request))
@@ -103,14 +123,19 @@ async def _read_json(ctx: ApiContext, request: Request, principal: Principal) ->
         raise ApiError(error(400, bad.error, bad.detail)) from None
 
 
+def _parse_bounded(ctx: ApiContext, body: bytes) -> Any:
+    with ctx.parse_slots:
+        return parse_json(body)
+
+
 async def post_events(ctx: ApiContext, request: Request) -> Response:
     principal = principal_of(ctx, request)
     if not principal.may_ingest_any():
         raise ApiError(error(403, "forbidden", "this token has no ingest scope"))
-    _within_quota(ctx, principal)
+    await _within_quota(ctx, request, principal)
     parsed, body = await _read_json(ctx, request, principal)
     try:
-        items = events_of(parsed)
+        items = events_of(parsed)  # a look at the top level only: cheap
     except BadBody as bad:
         await run_in_threadpool(_dead_letter_body, ctx, bad.error, f"{bad.error}: {bad.detail}",
                                 _without_credentials(raw_text(body), request))
@@ -132,7 +157,7 @@ async def post_event(ctx: ApiContext, request: Request) -> Response:
     principal = principal_of(ctx, request)
     if not principal.may_ingest_any():
         raise ApiError(error(403, "forbidden", "this token has no ingest scope"))
-    _within_quota(ctx, principal)
+    await _within_quota(ctx, request, principal)
     item, body = await _read_json(ctx, request, principal)
     outcome: BatchOutcome = await run_in_threadpool(
         ctx.ingestor.ingest, [item], origin="api", may_write=principal.may_ingest, raw_of=lambda _: raw_text(body)
@@ -194,18 +219,43 @@ async def get_rejected(ctx: ApiContext, request: Request) -> Response:
 _ROW_ID_MAX = 2**63 - 1
 
 
+#: Characters of a raw item read from the store at a time: a reader holds one slice, not the item.
+RAW_SLICE_CHARS = 256 * 1024
+
+
 async def get_rejected_raw(ctx: ApiContext, request: Request) -> Response:
-    """One dead-letter row's whole raw item, as text: listings carry only a bounded prefix."""
+    """One dead-letter row's raw item, as text, up to the API's body limit: listings carry only a
+    bounded prefix. Streamed a slice at a time, so readers of a large row never hold it whole."""
     require(principal_of(ctx, request), "read")
     rejected_id = request.path_params["rejected_id"]
-    found, raw = (False, None)
+    found, size = (False, None)
     if rejected_id <= _ROW_ID_MAX:
-        found, raw = await run_in_threadpool(ctx.store.rejected_raw, rejected_id)
+        found, size = await run_in_threadpool(ctx.store.rejected_raw_size, rejected_id)
     if not found:
         raise ApiError(error(404, "not_found", f"no dead-letter row {rejected_id}"))
-    if raw is None:
+    if size is None:
         raise ApiError(error(404, "not_found", f"dead-letter row {rejected_id} holds no raw item"))
-    return Response(raw, media_type="text/plain; charset=utf-8")
+    cap = ctx.max_body_bytes
+    headers = {"X-Raw-Bytes": str(size), "X-Raw-Truncated": "true" if size > cap else "false"}
+    return StreamingResponse(_raw_slices(ctx, rejected_id, cap), media_type="text/plain; charset=utf-8",
+                             headers=headers)
+
+
+async def _raw_slices(ctx: ApiContext, rejected_id: int, cap: int) -> AsyncIterator[bytes]:
+    """The raw item's UTF-8 bytes, slice by slice, ending at ``cap`` bytes (on a character boundary)."""
+    sent, start = 0, 0
+    while sent < cap:
+        part = await run_in_threadpool(ctx.store.rejected_raw_part, rejected_id, start, RAW_SLICE_CHARS)
+        if not part:
+            return
+        data = part.encode("utf-8", errors="backslashreplace")
+        if sent + len(data) > cap:
+            data = data[: cap - sent].decode("utf-8", errors="ignore").encode("utf-8")  # whole characters only
+            yield data
+            return
+        yield data
+        sent += len(data)
+        start += len(part)
 
 
 async def healthz(ctx: ApiContext, request: Request) -> Response:
@@ -223,11 +273,12 @@ METRICS_STORE_DEADLINE = 3.0
 
 async def metrics(ctx: ApiContext, request: Request) -> Response:
     clouds = sorted(ctx.runtime.config.clouds) if ctx.runtime is not None else []
+    known = known_clouds(ctx)
     gauges: list[Any] | None = None
     try:
         with anyio.fail_after(METRICS_STORE_DEADLINE):
             # abandoned on timeout: the thread finishes its wait for the pool on its own
-            gauges = await anyio.to_thread.run_sync(store_families, ctx.store, clouds, abandon_on_cancel=True)
+            gauges = await anyio.to_thread.run_sync(lambda: store_families(ctx.store, clouds, known), abandon_on_cancel=True)
     except (StoreUnavailable, StoreBusy, TimeoutError) as exc:
         log.warning("/metrics without the store's gauges: %s", redact(str(exc)) or "no answer in time")
     return Response(ctx.metrics.render(gauges), headers={"content-type": CONTENT_TYPE})

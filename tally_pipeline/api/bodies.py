@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 
 from tally_pipeline.core.errors import TallyError
 from tally_pipeline.core.jsontext import BadJson, DuplicateKeys, loads_exact
@@ -24,18 +24,52 @@ class BadBody(TallyError):
 
 
 async def read_limited(request: Request, limit: int) -> bytes:
-    """The whole body, or ``BodyTooLarge`` as soon as it is known to be over ``limit`` (never read in full)."""
+    """The whole body, or ``BodyTooLarge`` once it is known to be over ``limit`` (never kept in full).
+
+    A body over the limit is still read, and dropped, up to ``drain_limit(limit)``: a client that is
+    still sending when the answer comes and the connection closes gets a TCP reset instead of the
+    answer. A body declared larger than that is not read at all (the answer closes the connection).
+    """
     declared = request.headers.get("content-length")
     if declared is not None and declared.isdigit() and int(declared) > limit:
+        await drain(request, drain_limit(limit))
         raise BodyTooLarge(limit)
     chunks: list[bytes] = []
     size = 0
-    async for chunk in request.stream():
+    stream = request.stream()
+    async for chunk in stream:
         size += len(chunk)
         if size > limit:
+            async for more in stream:  # the rest, read and dropped, up to the bound
+                size += len(more)
+                if size > drain_limit(limit):
+                    break
             raise BodyTooLarge(limit)
         chunks.append(chunk)
     return b"".join(chunks)
+
+
+def drain_limit(limit: int) -> int:
+    """How much of a refused body is read and dropped so that its client can read the answer."""
+    return 2 * limit
+
+
+async def drain(request: Request, budget: int) -> bool:
+    """Read and drop the rest of the body when it is at most ``budget`` bytes; whether all of it was read.
+
+    A body declared larger is left unread (the answer then closes the connection)."""
+    declared = request.headers.get("content-length")
+    if declared is not None and declared.isdigit() and int(declared) > budget:
+        return False
+    read = 0
+    try:
+        async for chunk in request.stream():
+            read += len(chunk)
+            if read > budget:
+                return False
+    except ClientDisconnect:
+        return False
+    return True
 
 
 def parse_json(body: bytes) -> Any:

@@ -12,7 +12,10 @@ This subclass adds, per connection:
   of the headers: an idle connection or one trickling its headers is closed;
 - a body deadline, from the end of the headers to the end of the declared body: a body short of its
   ``Content-Length`` (or trickled) is closed, and the application sees the client disconnect. This
-  also bounds how long an overstated ``Content-Length`` can swallow the client's next request.
+  also bounds how long an overstated ``Content-Length`` can swallow the client's next request;
+- a cap on the connections one client address holds open at once (below uvicorn's global
+  ``limit_concurrency``): a connection beyond it is answered ``503 too_many_connections`` and
+  closed, so one address cannot take every slot.
 
 uvicorn builds the protocol itself, one per connection, from its own ``Config``; the limits are set
 on the class once per process (``configure``) by ``tally serve`` and by each of its worker processes.
@@ -38,6 +41,7 @@ class ConnectionLimits:
     max_request_line_bytes: int = 8 * 1024
     header_timeout: float = 10.0
     body_timeout: float = 60.0
+    max_connections_per_client: int | None = None  # None: no cap per address
 
 
 class _Refused(Exception):
@@ -48,7 +52,8 @@ class _Refused(Exception):
 
 #: Connections this server closed for a limit, by reason (on ``/metrics`` through the app's registry).
 CONNECTIONS_CLOSED = Counter("tally_connections_closed", "Connections this server closed for a limit: header or "
-                             "body deadline, oversized headers or request line.", ["reason"], registry=None)
+                             "body deadline, oversized headers or request line, too many from one address.",
+                             ["reason"], registry=None)
 
 
 def _count(reason: str) -> None:
@@ -57,6 +62,8 @@ def _count(reason: str) -> None:
 
 class BoundedHttpProtocol(HttpToolsProtocol):
     limits: ClassVar[ConnectionLimits] = ConnectionLimits()
+    #: Open connections per client address in this process (one event loop: no lock needed).
+    open_by_address: ClassVar[dict[str, int]] = {}
 
     @classmethod
     def configure(cls, limits: ConnectionLimits) -> None:
@@ -69,6 +76,7 @@ class BoundedHttpProtocol(HttpToolsProtocol):
         self._reading_body = False
         self._refused = False
         self._deadline: Any = None  # asyncio.TimerHandle
+        self._address: str | None = None  # counted in open_by_address while open
 
     # -- deadlines ------------------------------------------------------------------------------
 
@@ -97,11 +105,39 @@ class BoundedHttpProtocol(HttpToolsProtocol):
 
     def connection_made(self, transport: Any) -> None:
         super().connection_made(transport)
+        cap = self.limits.max_connections_per_client
+        if cap is not None and self.client:
+            address = self.client[0]
+            held = self.open_by_address.get(address, 0)
+            if held >= cap:
+                self._refuse_connection(address, cap)
+                return
+            self.open_by_address[address] = held + 1
+            self._address = address
         self._arm(self.limits.header_timeout, "header_timeout")
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._disarm()
+        if self._address is not None:
+            left = self.open_by_address.get(self._address, 1) - 1
+            if left > 0:
+                self.open_by_address[self._address] = left
+            else:
+                self.open_by_address.pop(self._address, None)
+            self._address = None
         super().connection_lost(exc)
+
+    def _refuse_connection(self, address: str, cap: int) -> None:
+        """Answer a connection over its address's cap at once, with a body a client can read, and close."""
+        self._refused = True
+        _count("too_many_connections")
+        log.info("refused a connection from %s: it holds %d already (api.max_connections_per_client)", address, cap)
+        body = orjson.dumps({"error": "too_many_connections", "detail": f"this address holds {cap} connections "
+                             "already (api.max_connections_per_client)", "max": cap})
+        self.transport.write(b"".join([
+            STATUS_LINE[503], b"content-type: application/json\r\ncontent-length: ", str(len(body)).encode(),
+            b"\r\nretry-after: 1\r\nconnection: close\r\n\r\n", body]))
+        self.transport.close()
 
     def data_received(self, data: bytes) -> None:
         self._unset_keepalive_if_required()

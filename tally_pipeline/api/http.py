@@ -6,6 +6,7 @@ from __future__ import annotations
 import base64
 import binascii
 import json
+import threading
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -64,8 +65,11 @@ class ApiContext:
     runtime: Any = None  # the Runtime, for calls that need the configuration (a sync)
     dead_letter_quota: DeadLetterQuota | None = None  # None: from the runtime's configuration (or the default)
     syncs: Any = None  # the SyncLauncher of POST /internal/sync/{cloud}; None: built from the runtime when first used
+    parse_workers: int = 2  # bodies parsed at once, each in a worker thread (the rest wait their turn there)
+    parse_slots: threading.BoundedSemaphore = field(init=False, repr=False)
 
     def __post_init__(self) -> None:
+        self.parse_slots = threading.BoundedSemaphore(self.parse_workers)
         if self.dead_letter_quota is None:
             per_minute = DEFAULT_PER_MINUTE
             if self.runtime is not None:
@@ -92,9 +96,17 @@ def principal_of(ctx: ApiContext, request: Request) -> Principal:
 
 
 def metric_clouds(ctx: ApiContext, principal: Principal) -> frozenset[str]:
-    """The clouds ``/metrics`` may name for this caller's items: the configured ones and those its token names."""
-    configured = frozenset(ctx.runtime.config.clouds) if ctx.runtime is not None else frozenset()
-    return configured | principal.named_clouds()
+    """The clouds ``/metrics`` may name for this caller's items: the known ones and those its token names."""
+    return known_clouds(ctx) | principal.named_clouds()
+
+
+def known_clouds(ctx: ApiContext) -> frozenset[str]:
+    """The configured clouds and those ``alerts.clouds`` names: the only ones ``/metrics`` reads from the
+    store under their own name (every other stored cloud is counted as ``other``)."""
+    if ctx.runtime is None:
+        return frozenset()
+    config = ctx.runtime.config
+    return frozenset(config.clouds) | frozenset(config.alerts.clouds)
 
 
 def require(principal: Principal, scope: str) -> None:

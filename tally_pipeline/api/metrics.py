@@ -10,7 +10,7 @@ built as metric families per scrape, and left out when the store does not answer
 from __future__ import annotations
 
 import os
-from collections.abc import Container, Iterable, Iterator
+from collections.abc import Collection, Container, Iterable, Iterator
 from typing import Any
 
 import prometheus_client
@@ -18,6 +18,7 @@ from prometheus_client import CollectorRegistry, Counter, generate_latest, multi
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 
 from tally_pipeline.api.connections import CONNECTIONS_CLOSED
+from tally_pipeline.core.alerts import OTHER_CLOUD, fold_unknown
 from tally_pipeline.services.ingest import BatchOutcome
 
 #: The text format Prometheus scrapes.
@@ -27,8 +28,8 @@ MULTIPROC_ENV = "PROMETHEUS_MULTIPROC_DIR"
 # Each counter would also get a ``_created`` series per label set; nothing here reads them.
 prometheus_client.disable_created_metrics()
 
-#: The ``cloud`` label of every item whose cloud is neither configured nor named by the caller's token.
-OTHER_CLOUD = "other"
+# OTHER_CLOUD: the ``cloud`` label of every item whose cloud is neither known nor named by the caller's
+# token, and of every stored cloud that is not known (see ``store_families``).
 
 
 def multiprocess_mode() -> bool:
@@ -91,10 +92,17 @@ class ApiMetrics:
         return generate_latest(page)
 
 
-def store_families(store: Any, clouds: list[str]) -> list[Metric]:
-    """What every API process reports alike, read from the shared store: alerts work across replicas."""
+def store_families(store: Any, clouds: list[str], known: Collection[str] | None = None) -> list[Metric]:
+    """What every API process reports alike, read from the shared store: alerts work across replicas.
+
+    ``clouds`` are the configured clouds; ``known`` the clouds named under their own name (default:
+    the configured ones). Every other stored cloud is counted as ``other`` (its latest event, the sum of
+    its counts): the page's size does not grow with what writers put in ``cloud``.
+    """
     from tally_pipeline.services.alerts import activity, last_runs, last_success
     from tally_pipeline.store import asset_reads, sync_runs
+
+    named = frozenset(clouds) if known is None else frozenset(known)
 
     families: list[Metric] = []
 
@@ -110,14 +118,23 @@ def store_families(store: Any, clouds: list[str]) -> list[Metric]:
 
     last_event = gauge("tally_cloud_last_collector_event_timestamp_seconds",
                        "When the last collector event for the cloud was stored (Unix time).", ["cloud"])
-    for a in activity(store):
+    for a in fold_unknown(activity(store), named):
         if a.last_collector_event is not None:
             last_event.add_metric([a.cloud], a.last_collector_event.timestamp())
     stored = counter("tally_cloud_events_stored", "Events stored for the cloud, by source (all API processes).",
                      ["cloud", "source"])
+    counts: dict[str, list[int]] = {}
     for cloud, collector, reconciliation, _ in asset_reads.cloud_activity(store):
+        pair = counts.setdefault(cloud if cloud in named else OTHER_CLOUD, [0, 0])
+        pair[0] += collector
+        pair[1] += reconciliation
+    for cloud, (collector, reconciliation) in sorted(counts.items()):
         stored.add_metric([cloud, "collector"], collector)
         stored.add_metric([cloud, "reconciliation"], reconciliation)
+    known_family = gauge("tally_cloud_known", "1 for every cloud named on this page under its own name (configured, "
+                         "or in alerts.clouds): watched for silence however long it has been quiet.", ["cloud"])
+    for cloud in sorted(named):
+        known_family.add_metric([cloud], 1)
     configured = gauge("tally_sync_configured", "1 for every cloud in the configuration (so a never-synced cloud is "
                        "visible).", ["cloud"])
     for cloud in sorted(clouds):

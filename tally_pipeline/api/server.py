@@ -65,6 +65,7 @@ def use_limits(api: ApiSettings) -> None:
         max_request_line_bytes=api.max_request_line_bytes,
         header_timeout=api.header_timeout,
         body_timeout=api.body_timeout,
+        max_connections_per_client=api.max_connections_per_client,
     ))
 
 

@@ -38,7 +38,7 @@ def _ingest_files(rt: Runtime, files: tuple[Path, ...], as_json: bool, quiet: bo
             def advance(position: int, bar: tqdm = bar) -> None:
                 bar.update(position - bar.n)
 
-            summary = ingest_file(rt.ingestor, path, progress=advance)
+            summary = ingest_file(rt.ingestor, path, progress=advance, limits=rt.config.landing.limits())
         summaries.append(summary)
         if not as_json:
             reasons = ", ".join(f"{k}={v}" for k, v in sorted((summary.reasons or {}).items()))

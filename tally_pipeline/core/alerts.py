@@ -6,10 +6,14 @@ The Dagster sensors and asset checks evaluate these; the Prometheus rules in
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
+
+#: Where every cloud that is not known (configured, or named in ``alerts.clouds``) is counted: what a
+#: writer puts in ``cloud`` is unbounded, and one series or alert candidate per value would be too.
+OTHER_CLOUD = "other"
 
 
 @dataclass(frozen=True)
@@ -53,12 +57,38 @@ class Condition:
     details: Mapping[str, Any] = field(default_factory=dict)
 
 
-def events_silent(activity: Iterable[CloudActivity], now: datetime, s: AlertSettings) -> Condition:
-    """TallyCloudEventsSilent: a cloud with collector events in the last 24 h has had none for 1 h."""
-    silent = {}
+def fold_unknown(activity: Iterable[CloudActivity], known: Collection[str]) -> list[CloudActivity]:
+    """Each known cloud's activity as is, and every other cloud's folded into one ``other`` (its latest event)."""
+    kept: list[CloudActivity] = []
+    other: datetime | None = None
+    any_other = False
     for a in activity:
+        if a.cloud in known:
+            kept.append(a)
+            continue
+        any_other = True
+        if a.last_collector_event is not None and (other is None or a.last_collector_event > other):
+            other = a.last_collector_event
+    if any_other:
+        kept.append(CloudActivity(OTHER_CLOUD, other))
+    return kept
+
+
+def events_silent(activity: Iterable[CloudActivity], now: datetime, s: AlertSettings,
+                  known: Collection[str] | None = None) -> Condition:
+    """TallyCloudEventsSilent: a cloud that sent collector events has had none for 1 h, when it is a known
+    cloud (configured, or named in ``alerts.clouds``) or had some in the last 24 h.
+
+    With ``known`` given, only known clouds and ``other`` are candidates: ``activity`` is folded with
+    ``fold_unknown`` first, so 3,000 cloud names written by one careless collector are one candidate,
+    not 3,000. Without it, every cloud is its own (and none is known).
+    """
+    silent = {}
+    for a in (activity if known is None else fold_unknown(activity, known)):
         last = a.last_collector_event
-        if last is not None and now - s.events_active_window < last <= now - s.events_silent_after:
+        if last is None or last > now - s.events_silent_after:
+            continue
+        if (known is not None and a.cloud in known) or now - s.events_active_window < last:
             silent[a.cloud] = last.isoformat()
     message = (
         "collector events stopped: " + ", ".join(f"{c} (last {t})" for c, t in sorted(silent.items()))

@@ -16,7 +16,7 @@ from typing import Annotated, Any, Literal
 import orjson
 from pydantic import BaseModel, ConfigDict, StringConstraints, ValidationError
 
-from tally_pipeline.core.jsontext import DuplicateKeys, first_inexact
+from tally_pipeline.core.jsontext import DuplicateKeys, Unreadable, first_inexact
 from tally_pipeline.core.registry import SizeSchemaRegistry
 from tally_pipeline.core.timeutil import TimestampError, format_rfc3339, parse_rfc3339_iso
 from tally_pipeline.core.verbs import Verb, verb_of
@@ -139,6 +139,8 @@ def validate_event(item: Any, registry: SizeSchemaRegistry) -> EventRecord | Rej
 
 def validate_event_reference(item: Any, registry: SizeSchemaRegistry) -> EventRecord | Rejection:
     """The rule itself (the pydantic envelope, then the checks that need the registry); slower."""
+    if isinstance(item, Unreadable):
+        return Rejection("invalid_item", f"invalid_item: the item is {item.why}")
     if not isinstance(item, dict):
         return Rejection("invalid_item", f"item: expected a JSON object, got {_json_type(item)}")
     if isinstance(item, DuplicateKeys):

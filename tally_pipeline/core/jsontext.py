@@ -11,7 +11,10 @@ again by the standard library with hooks that keep what orjson would lose:
   ``invalid_payload``); integers are exact at any size (refused later if beyond 64 bits);
 - an object with a key written twice becomes a ``DuplicateKeys`` dict naming the key, and so does
   each item holding one anywhere inside (an element of a body's ``events`` array, or else the whole
-  value), so that the item is refused (``invalid_item``) without every valid item paying for a search.
+  value), so that the item is refused (``invalid_item``) without every valid item paying for a search;
+- an element of a body's ``events`` array that no reader takes (an integer of more than 4,300 digits,
+  nesting deeper than the parsers go) becomes an ``Unreadable`` holding why, so that this one item is
+  refused (``invalid_item``) and its neighbours are still read: one poison item never refuses a batch.
 """
 
 from __future__ import annotations
@@ -51,6 +54,21 @@ class InexactNumber:
         except OverflowError:
             became = "out of range"
         return f"{self.text[:40]} cannot be stored exactly (as a 64-bit float it would be {became})"
+
+
+class Unreadable:
+    """An element of a body's ``events`` array that is not JSON this server reads; kept with the reason.
+
+    A plain class, like ``InexactNumber``: nothing may write it back as if it were a value.
+    """
+
+    __slots__ = ("why",)
+
+    def __init__(self, why: str):
+        self.why = why
+
+    def __repr__(self) -> str:
+        return f"Unreadable({self.why!r})"
 
 
 class DuplicateKeys(dict):  # type: ignore[type-arg]
@@ -146,8 +164,38 @@ def loads_exact(data: bytes) -> Any:
     try:
         value = decoder.decode(text)
     except (ValueError, RecursionError) as exc:
-        raise BadJson(f"not valid JSON: {fast_error or exc}") from None
+        items = _items_one_by_one(text)
+        if items is None:
+            raise BadJson(f"not valid JSON: {fast_error or exc}") from None
+        return {"events": items}
     return _mark_items(value) if decoder.duplicates else value
+
+
+def _items_one_by_one(text: str) -> list[Any] | None:
+    """A body ``{"events": [...]}`` that failed to parse as a whole, read item by item: an item no
+    reader takes becomes an ``Unreadable``; None when the failure is in the body's own shape."""
+    cut = _array_items(text)
+    if cut is None or not _CLOSE_BODY.fullmatch(text, cut[1]):
+        return None
+    texts = cut[0]
+    items: list[Any] = []
+    for item_text in texts:
+        try:
+            items.append(loads_exact(item_text.encode("utf-8", errors="surrogatepass")))
+        except (BadJson, RecursionError):
+            items.append(Unreadable(_why_unreadable(item_text)))
+    return items
+
+
+def _why_unreadable(text: str) -> str:
+    """Why the standard library's reader refuses ``text``, said for a client (bounded)."""
+    try:
+        _ExactDecoder().decode(text)
+    except RecursionError:
+        return "not JSON this server reads: nested deeper than about 1,000 levels"
+    except ValueError as exc:
+        return f"not JSON this server reads: {str(exc).partition('; use sys.')[0][:200]}"
+    return "not JSON this server reads"  # pragma: no cover - orjson refused what the standard library took
 
 
 def duplicate_key(value: Any) -> str | None:
@@ -181,13 +229,46 @@ def first_inexact(value: Any, where: str = "") -> tuple[str, InexactNumber] | No
 
 
 _WS = " \t\r\n"
-_OPEN_EVENTS = re.compile(r'\s*\{\s*"events"\s*:\s*\[')
+_OPEN_EVENTS = re.compile(r'[ \t\r\n]*\{[ \t\r\n]*"events"[ \t\r\n]*:[ \t\r\n]*\[')
+_CLOSE_BODY = re.compile(r"\][ \t\r\n]*\}[ \t\r\n]*")
 _SCAN = json.JSONDecoder()
+# A string (possessive: never backtracks), or one bracket, or a quote that opens no closed string.
+_TOKEN = re.compile(r'"(?:[^"\\]|\\.)*+"|[\[\]{}"]', re.DOTALL)
+_SCALAR = re.compile(r'"(?:[^"\\]|\\.)*+"|[^,\]}{\[ \t\r\n"]+', re.DOTALL)
+
+
+def value_end(text: str, pos: int) -> int | None:
+    """Where the JSON value starting at ``pos`` ends, found from its brackets and strings only.
+
+    Linear, and with no recursion: it finds the extent of a value the parsers refuse (too deep, a
+    number too long), so that only that value is refused. None when the value never closes.
+    """
+    if pos >= len(text) or text[pos] not in "[{":
+        scalar = _SCALAR.match(text, pos)
+        return scalar.end() if scalar else None
+    depth = 0
+    for token in _TOKEN.finditer(text, pos):
+        mark = token.group()
+        if mark in "[{":
+            depth += 1
+        elif mark in "]}":
+            depth -= 1
+            if depth == 0:
+                return token.end()
+        elif mark == '"':
+            return None  # a string that never closes
+    return None
 
 
 def array_item_texts(text: str) -> list[str] | None:
     """The text of each element of the ``events`` array of a body ``{"events": [...]}``, exactly as
     written; None when the body is not of that shape (its whole text is then what is kept)."""
+    cut = _array_items(text)
+    return None if cut is None else cut[0]
+
+
+def _array_items(text: str) -> tuple[list[str], int] | None:
+    """The texts of the ``events`` array's elements and where its closing bracket is."""
     start = _OPEN_EVENTS.match(text)
     if start is None:
         return None
@@ -198,14 +279,20 @@ def array_item_texts(text: str) -> list[str] | None:
             while pos < len(text) and text[pos] in _WS:
                 pos += 1
             if text.startswith("]", pos):
-                return texts
+                return texts, pos
             if texts:
                 if not text.startswith(",", pos):
                     return None
                 pos += 1
                 while pos < len(text) and text[pos] in _WS:
                     pos += 1
-            _, end = _SCAN.raw_decode(text, pos)
+            try:
+                _, end = _SCAN.raw_decode(text, pos)
+            except (ValueError, RecursionError):
+                found = value_end(text, pos)  # an item no parser takes: refused alone, later
+                if found is None:
+                    return None
+                end = found
             texts.append(text[pos:end])
             pos = end
     except (ValueError, RecursionError):

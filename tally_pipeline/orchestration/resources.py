@@ -65,7 +65,8 @@ class TallyDatabase(dg.ConfigurableResource):
 
     def ingest_file(self, path: Path) -> FileSummary:
         """One landing file through the ingest core."""
-        return ingest_file(self._rt().ingestor, path)
+        rt = self._rt()
+        return ingest_file(rt.ingestor, path, limits=rt.config.landing.limits())
 
     def refresh_projection(self) -> projection.RefreshResult:
         """Fold the events stored since the last refresh into the projection tables."""
@@ -110,7 +111,7 @@ class TallyDatabase(dg.ConfigurableResource):
         """Every alert's condition over the configured clouds at ``now``."""
         rt = self._rt()
         return alerts.evaluate(rt.store, sorted(rt.config.clouds), now, rt.config.alerts.rules(),
-                               rt.config.misconfigured_clouds)
+                               rt.config.misconfigured_clouds, rt.config.alerts.clouds)
 
     def event_count(self) -> int:
         return self._rt().store.event_count()

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from datetime import datetime
 
 import orjson
@@ -48,11 +48,14 @@ def ledger_skips(store: Store) -> list[rules.LedgerSkip]:
 
 
 def evaluate(store: Store, clouds: list[str], now: datetime, settings: rules.AlertSettings,
-             misconfigured: Mapping[str, str] | None = None) -> dict[str, rules.Condition]:
-    """Every alert over ``clouds``; ``misconfigured`` (cloud -> reason) fires sync_errors for those clouds."""
+             misconfigured: Mapping[str, str] | None = None, watched: Collection[str] = ()
+             ) -> dict[str, rules.Condition]:
+    """Every alert's state; ``clouds`` are the configured clouds, ``misconfigured`` (cloud -> reason) fires
+    sync_errors for those clouds, ``watched`` the other clouds named in ``alerts.clouds`` (known too:
+    watched for silence and named on ``/metrics``)."""
     runs = last_runs(store)
     return {
-        "events_silent": rules.events_silent(activity(store), now, settings),
+        "events_silent": rules.events_silent(activity(store), now, settings, frozenset(clouds) | frozenset(watched)),
         "sync_stale": rules.sync_stale(clouds, last_success(store), now, settings),
         "sync_errors": rules.sync_errors(runs, misconfigured),
         "drift_high": rules.drift_high(runs, settings),

@@ -1,9 +1,14 @@
 """Landing files: JSON lines, or one ``{"events": [...]}`` document, optionally gzip-compressed.
 
-Read in constant memory (an event at a time), so a file of millions of events streams through the
+Read in bounded memory (an event at a time), so a file of millions of events streams through the
 ingest core in batches. A line that is not JSON is not an event: it goes to the dead letter with its
 line number and the reading carries on. Items are read exactly (numbers as written, duplicate keys
 seen: ``core.jsontext``), and each keeps its own text as written for the dead letter.
+
+Every file is bounded (``LandingLimits``, from the ``landing:`` settings): a line or a document's
+element over ``max_item_bytes`` is refused (``item_too_large``, its first ``excerpt_bytes`` kept in the
+dead letter); a file that decompresses past ``max_file_bytes`` or ``max_ratio`` times its size on disk
+stops there, as does a symlink unless ``follow_symlinks``: the file's ``error`` says why.
 """
 
 from __future__ import annotations
@@ -20,10 +25,38 @@ from pathlib import Path
 from typing import IO, Any
 
 from tally_pipeline.core.errors import TallyError
-from tally_pipeline.core.jsontext import BadJson, decode_item, loads_exact
+from tally_pipeline.core.jsontext import BadJson, decode_item, loads_exact, value_end
+from tally_pipeline.core.landing import DEFAULT_LIMITS
+from tally_pipeline.core.landing import LandingLimits as LandingLimits
 
 _BATCH_DOC = re.compile(rb'^\s*\{\s*"events"\s*:\s*\[')
 _CHUNK = 1 << 16
+
+
+def _excerpt(data: bytes, limits: LandingLimits) -> str:
+    return data[: limits.excerpt_bytes].decode("utf-8", errors="backslashreplace").replace("\x00", "\\u0000")
+
+
+class _Capped(io.RawIOBase):
+    """A byte stream that stops with ``LandingFileError`` once more than ``limit`` bytes come out of it."""
+
+    def __init__(self, inner: IO[bytes], limit: int, why: str):
+        self._inner = inner
+        self._limit = limit
+        self._why = why
+        self._total = 0
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: Any) -> int:
+        data = self._inner.read(len(buffer))
+        n = len(data)
+        buffer[:n] = data
+        self._total += n
+        if self._total > self._limit:
+            raise LandingFileError(self._why)
+        return n
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,19 +111,30 @@ def resolve_landing_path(landing_dir: str | os.PathLike[str], name: str | os.Pat
     return real
 
 
-def read_items(stream: IO[bytes]) -> Iterator[ReadItem | BadLine]:
+def read_items(stream: IO[bytes], limits: LandingLimits = DEFAULT_LIMITS) -> Iterator[ReadItem | BadLine]:
     """Yield each event item of a landing file (parsed, with its text), or a ``BadLine``."""
     buffered = stream if isinstance(stream, io.BufferedReader) else io.BufferedReader(stream)  # type: ignore[type-var]
     head = buffered.peek(256)[:256]
     if _BATCH_DOC.match(head):
-        yield from _read_document(buffered)
+        yield from _read_document(buffered, limits)
     else:
-        yield from _read_lines(buffered)
+        yield from _read_lines(buffered, limits)
 
 
-def _read_lines(stream: IO[bytes]) -> Iterator[ReadItem | BadLine]:
-    for number, line in enumerate(stream, start=1):
+def _read_lines(stream: IO[bytes], limits: LandingLimits) -> Iterator[ReadItem | BadLine]:
+    number = 0
+    while line := stream.readline(limits.max_item_bytes + 1):
+        number += 1
+        if len(line) > limits.max_item_bytes and not line.endswith(b"\n"):
+            rest = line
+            while rest and not rest.endswith(b"\n"):  # the rest of the line, read and dropped in chunks
+                rest = stream.readline(_CHUNK)
+            yield BadLine(number, _excerpt(line, limits), "item_too_large",
+                          f"item_too_large: line {number} is longer than {limits.max_item_bytes} bytes "
+                          f"(landing.max_item_bytes); its first {limits.excerpt_bytes} bytes are kept")
+            continue
         if not line.strip():
+            number += _skip_blank(stream)
             continue
         text = line.decode("utf-8", errors="backslashreplace").strip(" \t\r\n").replace("\x00", "\\u0000")
         try:
@@ -99,17 +143,37 @@ def _read_lines(stream: IO[bytes]) -> Iterator[ReadItem | BadLine]:
             yield BadLine(number, text, "invalid_json", f"invalid_json: line {number}: {exc}")
 
 
-def _read_document(stream: IO[bytes]) -> Iterator[ReadItem | BadLine]:
-    """Stream the elements of ``{"events": [...]}`` one at a time with a sliding buffer."""
+def _skip_blank(stream: IO[bytes]) -> int:
+    """Skip the blank lines that follow, a buffer at a time (a file of newlines is not a loop per line);
+    return how many lines were skipped."""
+    skipped = 0
+    while True:
+        ahead = stream.peek(_CHUNK)  # type: ignore[attr-defined]
+        blank = len(ahead) - len(ahead.lstrip(b" \t\r\n"))
+        if blank == 0:
+            return skipped
+        cut = ahead.rfind(b"\n", 0, blank) + 1  # up to the last whole blank line: a line's indent stays
+        if cut == 0:
+            return skipped
+        skipped += ahead.count(b"\n", 0, cut)
+        stream.read(cut)
+
+
+def _read_document(stream: IO[bytes], limits: LandingLimits) -> Iterator[ReadItem | BadLine]:
+    """Stream the elements of ``{"events": [...]}`` one at a time with a sliding buffer.
+
+    An element longer than the buffer is parsed again once the buffer holds twice as much of it:
+    each element is parsed a bounded number of times over, so reading stays linear in its size.
+    """
     utf8 = codecs.getincrementaldecoder("utf-8")(errors="surrogateescape")
     text = ""
     pos = 0
     eof = False
 
-    def fill() -> bool:
+    def fill(size: int = _CHUNK) -> bool:
         # Drop what has been consumed only when refilling, so each element costs no copy.
         nonlocal text, pos, eof
-        chunk = stream.read(_CHUNK)
+        chunk = stream.read(max(size, _CHUNK))
         if not chunk:
             eof = True
             text = text[pos:] + utf8.decode(b"", final=True)
@@ -136,6 +200,7 @@ def _read_document(stream: IO[bytes]) -> Iterator[ReadItem | BadLine]:
             raise LandingFileError(f"file ends inside the events array (after {index} items)")
         if text[pos] == "]":
             return
+        unreadable: str | None = None
         while True:
             try:
                 value, end = decode_item(text, pos)
@@ -145,11 +210,40 @@ def _read_document(stream: IO[bytes]) -> Iterator[ReadItem | BadLine]:
                 if not fill():
                     continue
             except json.JSONDecodeError as exc:
-                if eof or not fill():
+                if eof or value_end(text, pos) is not None:  # the whole element is here: it is not JSON
                     raise LandingFileError(f"events[{index}] is not valid JSON: {exc.msg}") from None
-        yield ReadItem(value, text[pos:end].replace("\x00", "\\u0000"))
+                held = len(text) - pos
+                if held > limits.max_item_bytes:
+                    yield _too_large(index, text[pos:], limits)
+                    raise LandingFileError(f"events[{index}] is larger than {limits.max_item_bytes} bytes "
+                                           "(landing.max_item_bytes)") from None
+                if not fill(held):  # twice what the element has so far: linear, not quadratic
+                    raise LandingFileError(f"events[{index}] is not valid JSON: {exc.msg}") from None
+            except (ValueError, RecursionError) as exc:  # JSON no reader here takes: refused alone
+                found = value_end(text, pos)
+                if found is None:
+                    if eof or len(text) - pos > limits.max_item_bytes or not fill(len(text) - pos):
+                        raise LandingFileError(f"events[{index}] is not JSON this server reads") from None
+                    continue
+                end = found
+                unreadable = "nested deeper than about 1,000 levels" if isinstance(exc, RecursionError) else str(exc)[:200]
+                break
+        raw = text[pos:end].replace("\x00", "\\u0000")
+        if unreadable is not None:
+            yield BadLine(index, raw[: limits.excerpt_bytes], "invalid_item",
+                          f"invalid_item: events[{index}] is not JSON this server reads: {unreadable}")
+        elif len(raw) > limits.max_item_bytes:
+            yield _too_large(index, raw, limits)
+        else:
+            yield ReadItem(value, raw)
         index += 1
         pos = end
+
+
+def _too_large(index: int, text: str, limits: LandingLimits) -> BadLine:
+    return BadLine(index, _excerpt(text[: limits.excerpt_bytes].encode("utf-8", "surrogateescape"), limits),
+                   "item_too_large", f"item_too_large: events[{index}] is larger than {limits.max_item_bytes} "
+                   f"bytes (landing.max_item_bytes); its first {limits.excerpt_bytes} bytes are kept")
 
 
 @dataclass
@@ -174,6 +268,35 @@ class FileSummary:
         }
 
 
+def _open_file(path: Path, limits: LandingLimits) -> IO[bytes]:
+    """The file opened for reading; a symlink is refused unless ``follow_symlinks`` (O_NOFOLLOW: no race)."""
+    flags = os.O_RDONLY | (0 if limits.follow_symlinks else getattr(os, "O_NOFOLLOW", 0))
+    try:
+        fd = os.open(path, flags)
+    except OSError as exc:
+        if not limits.follow_symlinks and path.is_symlink():
+            raise LandingFileError(f"{path} is a symlink: refused (set landing.follow_symlinks to read it)") from None
+        raise LandingFileError(f"cannot open {path}: {exc.strerror}") from None
+    return os.fdopen(fd, "rb")
+
+
+def _bounded_stream(raw_file: IO[bytes], limits: LandingLimits) -> IO[bytes]:
+    """What the file holds, decompressed if gzip, stopping at the size and ratio limits."""
+    on_disk = os.fstat(raw_file.fileno()).st_size
+    if raw_file.read(2) == b"\x1f\x8b":
+        raw_file.seek(0)
+        cap = min(limits.max_file_bytes, limits.max_ratio * max(on_disk, _CHUNK))
+        why = (f"decompresses to more than {cap} bytes (landing.max_file_bytes {limits.max_file_bytes}, "
+               f"landing.max_ratio {limits.max_ratio} times its {on_disk} bytes)")
+        inner: IO[bytes] = gzip.GzipFile(fileobj=raw_file)  # type: ignore[assignment]
+    else:
+        raw_file.seek(0)
+        cap = limits.max_file_bytes
+        why = f"holds more than {cap} bytes (landing.max_file_bytes)"
+        inner = raw_file
+    return io.BufferedReader(_Capped(inner, cap, why), buffer_size=_CHUNK)
+
+
 def ingest_file(
     ingestor: Any,
     path: Path,
@@ -181,25 +304,26 @@ def ingest_file(
     origin: str | None = None,
     batch_size: int = 1000,
     progress: Any = None,
+    limits: LandingLimits = DEFAULT_LIMITS,
 ) -> FileSummary:
     """Stream one landing file through the ingest core, one transaction per batch.
 
     ``progress(n_bytes)`` is called with the bytes of the (compressed) file read so far.
-    Unreadable pieces go to the dead letter; a document that breaks mid-way stops the file with
-    ``error`` set, keeping every batch already committed.
+    Unreadable pieces go to the dead letter; a document that breaks mid-way, a truncated gzip, a file
+    over its limits or a refused symlink stops the file with ``error`` set, keeping every batch
+    already committed.
     """
     from tally_pipeline.store.base import RejectedRow
 
     origin = origin or f"file:{path.name}"
     summary = FileSummary(str(path))
-    raw_file = path.open("rb")
     try:
-        stream: IO[bytes] = raw_file
-        if raw_file.read(2) == b"\x1f\x8b":
-            raw_file.seek(0)
-            stream = gzip.GzipFile(fileobj=raw_file)  # type: ignore[assignment]
-        else:
-            raw_file.seek(0)
+        raw_file = _open_file(path, limits)
+    except LandingFileError as exc:
+        summary.error = str(exc)
+        return summary
+    try:
+        stream = _bounded_stream(raw_file, limits)
         batch: list[Any] = []
         raws: list[str] = []
         bad: list[RejectedRow] = []
@@ -225,7 +349,7 @@ def ingest_file(
                 progress(raw_file.tell())
 
         try:
-            for item in read_items(stream):
+            for item in read_items(stream, limits):
                 summary.items += 1
                 if isinstance(item, BadLine):
                     bad.append(RejectedRow(item.reason, item.message, origin, item.raw))
@@ -234,8 +358,8 @@ def ingest_file(
                     raws.append(item.raw)
                 if len(batch) + len(bad) >= batch_size:
                     flush()
-        except (LandingFileError, OSError, EOFError) as exc:
-            summary.error = str(exc)
+        except (LandingFileError, OSError, EOFError, gzip.BadGzipFile) as exc:
+            summary.error = str(exc) or type(exc).__name__
         flush()
     finally:
         raw_file.close()

@@ -318,6 +318,17 @@ class Store(abc.ABC):
         rows = self.query("SELECT raw FROM rejected_events WHERE id = %s", [rejected_id])
         return (True, rows[0][0]) if rows else (False, None)
 
+    def rejected_raw_size(self, rejected_id: int) -> tuple[bool, int | None]:
+        """Whether the dead-letter row exists, and its raw item's size in UTF-8 bytes (None: no raw item)."""
+        rows = self.query(f"SELECT {self.raw_bytes_sql} FROM rejected_events WHERE id = %s", [rejected_id])
+        return (True, rows[0][0]) if rows else (False, None)
+
+    def rejected_raw_part(self, rejected_id: int, start: int, chars: int) -> str:
+        """``chars`` characters of a dead-letter row's raw item from character ``start`` (0-based): a
+        large item is read a slice at a time, never whole."""
+        rows = self.query("SELECT substr(raw, %s, %s) FROM rejected_events WHERE id = %s", [start + 1, chars, rejected_id])
+        return (rows[0][0] or "") if rows else ""
+
     def __enter__(self) -> Store:
         return self
 

@@ -280,3 +280,27 @@ def test_an_oversized_declared_body_is_refused_and_the_connection_closed_at_once
     answer = read_until_closed(sock)
     assert answer.startswith(b"HTTP/1.1 413") and b"connection: close" in answer.lower()
     assert b'"error":"body_too_large"' in answer
+
+
+def test_one_address_cannot_take_every_connection(pg_url: str, tmp_path: Path) -> None:
+    """Idle sockets from one address stop at ``max_connections_per_client``: another address is still served."""
+    config = write_config(tmp_path, header_timeout=30, keep_alive_timeout=30, max_connections=40,
+                          max_connections_per_client=10)
+    with ServeProcess(migrate(pg_url), config=config, log_path=tmp_path / "serve.log") as server:
+        server.start()
+        hog = []
+        for _ in range(50):  # idle, more than every slot of the server
+            sock = socket.socket()
+            sock.bind(("127.0.0.3", 0))
+            sock.settimeout(DEADLINE + MARGIN)
+            sock.connect(("127.0.0.1", server.port))
+            hog.append(sock)
+        refused = [s for s in hog[10:]]
+        answers = [read_until_closed(s) for s in refused]  # each answered, then closed by the server
+        assert all(a.startswith(b"HTTP/1.1 503") and b"too_many_connections" in a for a in answers), answers[:1]
+        transport = httpx.HTTPTransport(local_address="127.0.0.2")
+        with httpx.Client(transport=transport, timeout=10) as other:
+            statuses = [other.get(f"{server.url}/healthz").status_code for _ in range(20)]
+        assert statuses == [200] * 20
+        for sock in hog:
+            sock.close()

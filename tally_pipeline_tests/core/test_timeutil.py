@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 import pytest
 from hypothesis import example, given, settings
@@ -86,3 +86,70 @@ def test_the_shortcut_agrees_with_the_parser(value: str) -> None:
 )
 def test_iso_text_of_the_instant(value: str, iso: str) -> None:
     assert parse_rfc3339_iso(value)[1] == iso
+
+
+# RFC 3339 exactly (issue #26): each timestamp is built from its components and compared with the
+# instant those components name, computed here with plain datetime arithmetic: the reference parser.
+
+@st.composite
+def components(draw: st.DrawFn) -> tuple[str, datetime | None]:
+    """A timestamp string and the UTC instant it names (None when RFC 3339 refuses it)."""
+    year, month, day = draw(st.integers(1, 9999)), draw(st.integers(1, 12)), draw(st.integers(1, 31))
+    hour, minute = draw(st.integers(0, 23)), draw(st.integers(0, 59))
+    second = draw(st.sampled_from([0, 59, 60]) | st.integers(0, 60))
+    digits = draw(st.one_of(st.just(""), st.integers(1, 9).flatmap(_digits)))
+    sign = draw(st.sampled_from(["Z", "z", "+", "-"]))
+    offset_hours = draw(st.integers(0, 23) | st.integers(24, 99))
+    offset_minutes = draw(st.integers(0, 59) | st.integers(60, 99))
+    separator = draw(st.sampled_from(["T", "t", " "]))
+    text = f"{year:04d}-{month:02d}-{day:02d}{separator}{hour:02d}:{minute:02d}:{second:02d}"
+    text += f".{digits}" if digits else ""
+    text += sign if sign in "Zz" else f"{sign}{offset_hours:02d}:{offset_minutes:02d}"
+    if sign in "+-" and (offset_hours > 23 or offset_minutes > 59):
+        return text, None
+    offset = timedelta(0) if sign in "Zz" else timedelta(hours=offset_hours, minutes=offset_minutes)
+    if sign == "-":
+        offset = -offset
+    try:
+        local = datetime(year, month, day, hour, minute, min(second, 59), tzinfo=UTC)
+    except ValueError:  # no such day in that month
+        return text, None
+    micro = 999_999 if second == 60 else int(digits.ljust(6, "0")[:6])
+    try:
+        instant = local - offset + timedelta(microseconds=micro)
+    except OverflowError:
+        return text, None
+    if second == 60 and (instant.hour, instant.minute) != (23, 59):
+        return text, None  # a leap second is inserted only at 23:59:60 UTC
+    return text, instant
+
+
+@settings(max_examples=3000, deadline=None)
+@given(components())
+@example(("2026-03-01T12:00:00+00:99", None))
+@example(("2016-12-31T23:59:60Z", datetime(2016, 12, 31, 23, 59, 59, 999_999, tzinfo=UTC)))
+@example(("2016-12-31T18:59:60-05:00", datetime(2016, 12, 31, 23, 59, 59, 999_999, tzinfo=UTC)))
+@example(("2016-12-31T12:00:60Z", None))
+def test_rfc3339_exactly_as_its_components_say(case: tuple[str, datetime | None]) -> None:
+    text, instant = case
+    if instant is None:
+        with pytest.raises(TimestampError):
+            parse_rfc3339(text)
+        with pytest.raises(TimestampError):
+            parse_rfc3339_iso(text)
+        return
+    assert parse_rfc3339(text) == instant
+    assert parse_rfc3339_iso(text) == (instant, instant.isoformat())
+
+
+@pytest.mark.parametrize("value", ["２０２６-03-01T12:00:00Z", "2026-03-01T12:00:00Z\n", "2026-03-01T12:00:00+0000"])
+def test_only_ascii_digits_and_the_exact_shape(value: str) -> None:
+    with pytest.raises(TimestampError):
+        parse_rfc3339(value)
+
+
+def test_the_refusals_say_why() -> None:
+    with pytest.raises(TimestampError, match="offset outside -23:59"):
+        parse_rfc3339("2026-03-01T12:00:00+00:99")
+    with pytest.raises(TimestampError, match="leap second"):
+        parse_rfc3339("2026-03-01T12:00:60Z")

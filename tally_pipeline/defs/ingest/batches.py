@@ -29,7 +29,9 @@ def raw_event_batches_asset(partitions: dg.DailyPartitionsDefinition) -> dg.Asse
         pool=POOL,
         description=(
             "Landing files of one UTC day (landing_dir/YYYY-MM-DD/*.jsonl[.gz] or {\"events\": [...]}) streamed "
-            "through the ingest core. Re-materializing a day is safe: already stored events are duplicates."
+            "through the ingest core. Re-materializing a day is safe: already stored events are duplicates. "
+            "A file that stops early (truncated, not JSON, over the landing limits, a refused symlink) fails the run "
+            "with its reason, after every other file is read."
         ),
     )
     def raw_event_batches(context: dg.AssetExecutionContext, store: TallyStore) -> None:
@@ -38,6 +40,7 @@ def raw_event_batches_asset(partitions: dg.DailyPartitionsDefinition) -> dg.Asse
             if landing_dir is None:
                 raise dg.Failure("landing_dir is not set in the tally config: there are no landing files to ingest")
             events, rejected = store.event_count(), store.rejected_count()
+            stopped: list[str] = []
             for day in context.partition_keys:
                 # A range (a backfill, the sensor's catch-up) is one run; each day's materialization
                 # carries that day's own files and counts.
@@ -57,6 +60,8 @@ def raw_event_batches_asset(partitions: dg.DailyPartitionsDefinition) -> dg.Asse
                         reasons[reason] = reasons.get(reason, 0) + n
                     rows.append([path.name, summary.items, summary.stored, summary.duplicates, summary.rejected,
                                  summary.error or ""])
+                    if summary.error:
+                        stopped.append(f"{day}/{path.name}: {summary.error}")
                 context.add_asset_metadata(partition_key=day, metadata={
                     **totals,
                     "dagster/row_count": totals["stored"],
@@ -64,6 +69,11 @@ def raw_event_batches_asset(partitions: dg.DailyPartitionsDefinition) -> dg.Asse
                     "files_preview": md_table(["file", "items", "stored", "duplicates", "rejected", "error"], rows[:50]),
                 })
             record_writes(context, store, events, rejected, f"landing_files ({', '.join(context.partition_keys)})")
+            if stopped:
+                # What was read before each stop is stored (and its refusals dead-lettered, its writes recorded
+                # above); the run still fails, so a truncated or refused file is never a success.
+                raise dg.Failure(f"{len(stopped)} landing file(s) stopped early: " + "; ".join(stopped[:10]),
+                                 metadata={"stopped": dg.MetadataValue.json(stopped[:100])})
 
     return raw_event_batches
 

@@ -1,8 +1,12 @@
-"""The embedded default: a DuckDB file, opened per unit of work.
+"""The embedded default: a DuckDB file, opened while this process has work for it.
 
-A DuckDB file admits one process at a time (even read-only), so nothing here keeps it open:
-each unit of work connects, retrying with backoff while another process holds the lock, and
-closes when done. ``:memory:`` keeps one database for the life of the store (tests, benchmarks).
+A DuckDB file admits one process at a time (even read-only), so nothing here keeps it open when
+idle. Within a process the file has one owner, ``SharedFile``: the first unit of work opens it
+(retrying with backoff while another process holds the lock), every thread's unit works on its own
+cursor of that one connection, and the last one out closes it. Opening and closing the file from
+several threads at once (one connection per request) broke DuckDB's catalog: a post beside a health
+check failed with "python_arrow_scan does not exist". ``:memory:`` keeps one database for the life of
+the store (tests, benchmarks).
 """
 
 from __future__ import annotations
@@ -48,9 +52,58 @@ def _params(sql: str) -> str:
 
 def _connect(path: str) -> duckdb.DuckDBPyConnection:
     con = duckdb.connect(path)
-    # Timestamps are stored and shown in UTC whatever the machine's zone (ICU loads after connect).
-    con.execute("SET TimeZone = 'UTC'")
+    # Timestamps are stored and shown in UTC whatever the machine's zone (ICU loads after connect);
+    # GLOBAL, so that every cursor of this connection has it too.
+    con.execute("SET GLOBAL TimeZone = 'UTC'")
     return con
+
+
+class SharedFile:
+    """This process's one connection to a DuckDB file, open while any thread has work for it.
+
+    Every store object on the same file shares it (and its write lock), so two stores in one process
+    queue their writers instead of racing them into a conflict at commit.
+    """
+
+    _by_path: dict[str, SharedFile] = {}
+    _registry_lock = threading.Lock()
+
+    def __init__(self, path: str):
+        self.path = path
+        self.write_lock = threading.RLock()  # one writer at a time in this process: a short wait, not an abort
+        self._lock = threading.Lock()
+        self._con: duckdb.DuckDBPyConnection | None = None
+        self._users = 0
+
+    @classmethod
+    def of(cls, path: str) -> SharedFile:
+        key = str(Path(path).resolve())
+        with cls._registry_lock:
+            shared = cls._by_path.get(key)
+            if shared is None:
+                shared = cls._by_path[key] = cls(path)
+            return shared
+
+    @contextmanager
+    def cursor(self, open_file: Callable[[], duckdb.DuckDBPyConnection]) -> Iterator[duckdb.DuckDBPyConnection]:
+        """A cursor of the shared connection, opened with ``open_file`` if no thread holds it."""
+        with self._lock:
+            if self._con is None:
+                self._con = open_file()  # may wait for another process: every thread here needs the file anyway
+            self._users += 1
+            con = self._con
+        try:
+            cursor = con.cursor()
+            try:
+                yield cursor
+            finally:
+                cursor.close()
+        finally:
+            with self._lock:
+                self._users -= 1
+                if self._users == 0 and self._con is not None:
+                    self._con.close()  # idle: let other processes in
+                    self._con = None
 
 
 def _is_lock_error(exc: Exception) -> bool:
@@ -154,14 +207,17 @@ class DuckDBStore(Store):
         self.url = f"duckdb://{self.path}"
         self.retry_budget_s = retry_budget_s
         self._memory: duckdb.DuckDBPyConnection | None = None
-        # One writer at a time inside this process: DuckDB would let two threads race and then
-        # abort one at commit; queueing them here turns that into a short wait instead.
-        self._write_lock = threading.RLock()
         self._pinned = threading.local()
+        self._shared: SharedFile | None = None
         if self.path in ("", ":memory:"):
             self._memory = _connect(":memory:")
+            # One writer at a time inside this process: DuckDB would let two threads race and then
+            # abort one at commit; queueing them here turns that into a short wait instead.
+            self._write_lock = threading.RLock()
         else:
             Path(self.path).parent.mkdir(parents=True, exist_ok=True)
+            self._shared = SharedFile.of(self.path)
+            self._write_lock = self._shared.write_lock
         known = self._memory is None and Path(self.path).exists() and str(Path(self.path).resolve()) in self._migrated
         if migrate and not known:
             self.migrate()
@@ -201,7 +257,7 @@ class DuckDBStore(Store):
 
     @contextmanager
     def _open(self) -> Iterator[duckdb.DuckDBPyConnection]:
-        """Open the file, waiting with backoff while another process holds it."""
+        """A cursor on the database: the process's shared connection to the file (see ``SharedFile``)."""
         if self._memory is not None:
             cursor = self._memory.cursor()
             try:
@@ -209,6 +265,12 @@ class DuckDBStore(Store):
             finally:
                 cursor.close()
             return
+        assert self._shared is not None
+        with self._shared.cursor(self._open_file) as cursor:
+            yield cursor
+
+    def _open_file(self) -> duckdb.DuckDBPyConnection:
+        """Open the file, waiting with backoff while another process holds it."""
         deadline = time.monotonic() + self.retry_budget_s
         delay = 0.01
         while True:
@@ -225,10 +287,7 @@ class DuckDBStore(Store):
                     ) from exc
                 time.sleep(delay)
                 delay = min(delay * 2, 0.25)
-        try:
-            yield con
-        finally:
-            con.close()
+        return con
 
     @contextmanager
     def unit_of_work(self) -> Iterator[DuckDBUnitOfWork]:

@@ -1,0 +1,103 @@
+"""Landing files are bounded (issue #26): a line or element over ``landing.max_item_bytes`` is refused alone
+with a bounded excerpt in the dead letter, a gzip that decompresses past its ratio or size stops, documents
+are read in linear time, symlinks are refused unless configured, and a file that stops fails its Dagster run."""
+
+from __future__ import annotations
+
+import gzip
+import io
+import json
+import time
+from pathlib import Path
+
+import pytest
+
+from tally_pipeline.services.landing import LandingLimits, ingest_file, read_items
+from tally_pipeline_tests.defs.test_dagster_assets import T0, setup, vol_event  # noqa: F401  (setup is a fixture)
+
+SMALL = LandingLimits(max_item_bytes=64 * 1024, excerpt_bytes=1024)
+
+
+def _lines(*items: object) -> bytes:
+    return b"".join((item if isinstance(item, bytes) else json.dumps(item).encode()) + b"\n" for item in items)
+
+
+def test_a_line_over_the_limit_is_refused_alone_with_an_excerpt(ingestor, store, tmp_path: Path) -> None:
+    huge = b'{"event_id": "huge", "pad": "' + b"x" * (1024 * 1024) + b'"}'
+    path = tmp_path / "day.jsonl"
+    path.write_bytes(_lines(vol_event("a", "v1", "create", T0), huge, vol_event("b", "v2", "create", T0)))
+    summary = ingest_file(ingestor, path, limits=SMALL)
+    assert summary.error is None
+    assert (summary.items, summary.stored, summary.rejected) == (3, 2, 1)
+    (dead,) = store.rejected()
+    assert dead.reason == "item_too_large" and "line 2" in dead.message and "max_item_bytes" in dead.message
+    found, raw = store.rejected_raw(dead.id)
+    assert found and raw is not None and len(raw) == SMALL.excerpt_bytes and raw.startswith('{"event_id": "huge"')
+
+
+def test_an_element_over_the_limit_stops_the_document_with_an_excerpt(ingestor, store, tmp_path: Path) -> None:
+    big = {"event_id": "huge", "pad": "x" * (1024 * 1024)}
+    path = tmp_path / "doc.json"
+    path.write_text(json.dumps({"events": [vol_event("a", "v1", "create", T0), big, vol_event("b", "v2", "create", T0)]}))
+    summary = ingest_file(ingestor, path, limits=SMALL)
+    assert summary.error is not None and "max_item_bytes" in summary.error
+    assert summary.stored == 1
+    (dead,) = store.rejected()
+    assert dead.reason == "item_too_large"
+    assert len(store.rejected_raw(dead.id)[1] or "") <= SMALL.excerpt_bytes
+
+
+@pytest.mark.parametrize("content", [b"\n" * (32 * 1024 * 1024), b"0" * (32 * 1024 * 1024)])
+def test_a_gzip_bomb_stops_at_its_ratio(ingestor, store, tmp_path: Path, content: bytes) -> None:
+    path = tmp_path / "bomb.jsonl.gz"
+    path.write_bytes(gzip.compress(content, 9))
+    assert len(content) > 100 * path.stat().st_size
+    summary = ingest_file(ingestor, path)
+    assert summary.error is not None and "max_ratio" in summary.error
+    assert store.event_count() == 0
+
+
+def _parse_seconds(document: bytes) -> float:
+    best = float("inf")
+    for _ in range(3):
+        start = time.perf_counter()
+        items = list(read_items(io.BytesIO(document), LandingLimits(max_item_bytes=64 * 1024 * 1024)))
+        best = min(best, time.perf_counter() - start)
+        assert len(items) == 1
+    return best
+
+
+def test_document_parsing_is_linear_in_an_element_size() -> None:
+    def document(megabytes: int) -> bytes:
+        numbers = ",".join(["12345"] * (megabytes * 1024 * 1024 // 6))
+        return ('{"events": [{"payload": {"n": [' + numbers + "]}}]}").encode()
+
+    small, large = _parse_seconds(document(1)), _parse_seconds(document(4))
+    # Four times the element: about four times the time when linear, sixteen when each refill of the
+    # buffer re-parses the element from its start.
+    assert large / small < 8, (small, large)
+
+
+def test_a_symlink_is_refused_unless_configured(ingestor, store, tmp_path: Path) -> None:
+    target = tmp_path / "elsewhere.jsonl"
+    target.write_bytes(_lines(vol_event("a", "v1", "create", T0)))
+    link = tmp_path / "link.jsonl"
+    link.symlink_to(target)
+    refused = ingest_file(ingestor, link)
+    assert refused.error is not None and "symlink" in refused.error and store.event_count() == 0
+    followed = ingest_file(ingestor, link, limits=LandingLimits(follow_symlinks=True))
+    assert followed.error is None and followed.stored == 1
+
+
+def test_a_truncated_gzip_fails_its_dagster_run_with_the_reason(setup) -> None:  # noqa: F811
+    day = setup["landing"] / "2026-03-01"
+    day.mkdir()
+    whole = gzip.compress(_lines(*(vol_event(f"t{n}", f"v{n}", "create", T0) for n in range(200))))
+    (day / "cut.jsonl.gz").write_bytes(whole[: len(whole) - 40])
+    (day / "fine.jsonl").write_bytes(_lines(vol_event("f1", "w1", "create", T0)))
+    result = setup["defs"].resolve_job_def("landing_files").execute_in_process(
+        partition_key="2026-03-01", instance=setup["instance"], raise_on_error=False)
+    assert not result.success
+    failure = next(e for e in result.all_events if e.event_type_value == "STEP_FAILURE")
+    assert "cut.jsonl.gz" in str(failure.event_specific_data.error)
+    assert setup["rt"].store.event_count() >= 1  # the other file, and whatever was read before the cut

@@ -61,11 +61,13 @@ class Runtime:
         return self._adapters[cloud]
 
     def sync(self, cloud: str, *, now: datetime | None = None, run_key: str | None = None,
-             run_id: str | None = None) -> Any:
-        """One reconciliation run of a configured cloud (see ``tally_pipeline.services.reconciliation.run_sync``)."""
+             run_id: str | None = None, adapter: Any = None) -> Any:
+        """One reconciliation run of a configured cloud with the configured settings, against ``adapter``
+        (default: the cloud's own; the demo passes a simulated one). See
+        ``tally_pipeline.services.reconciliation.run_sync``."""
         from tally_pipeline.services.reconciliation import run_sync
 
-        return run_sync(self.store, self.ingestor, cloud, self.adapter(cloud),
+        return run_sync(self.store, self.ingestor, cloud, adapter if adapter is not None else self.adapter(cloud),
                         **self.config.reconciliation.run_options(), now=now, run_key=run_key, run_id=run_id)
 
     def share_store_of(self, older: Runtime) -> None:

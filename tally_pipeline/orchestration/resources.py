@@ -29,8 +29,27 @@ from tally_pipeline.store import asset_reads
 from tally_pipeline.store.base import RejectedEntry
 
 
-class TallyDatabase(dg.ConfigurableResource):
-    """A tally database and the operations the assets run on it. A step (or a sensor tick) holds it
+class StoreReads(Protocol):
+    """The read model the assets' metadata, the checks and the sensors use: counts and states, no writes.
+    ``TallyStore`` provides it; a test may pass anything with these methods."""
+
+    def event_count(self) -> int: ...
+    def rejected_count(self) -> int: ...
+    def newest_rejected(self, limit: int) -> list[RejectedEntry]: ...
+    def rejected_by_reason(self) -> list[tuple[str, int]]: ...
+    def cloud_activity(self) -> list[tuple[str, int, int, datetime | None]]: ...
+    def resource_statuses(self) -> dict[str, int]: ...
+    def interval_counts(self) -> tuple[int, int]: ...
+    def projection_watermark(self) -> int: ...
+    def live_by_cloud_and_type(self) -> list[tuple[str, str, int]]: ...
+    def clouds_ever_synced(self) -> set[str]: ...
+    def alert_conditions(self, now: datetime) -> dict[str, Condition]: ...
+    @property
+    def config(self) -> TallyConfig: ...
+
+
+class TallyStore(dg.ConfigurableResource):
+    """The tally database (events, dead letter, projections, reconciliation runs, usage) and the operations the assets run on it. A step (or a sensor tick) holds it
     open throughout: an embedded DuckDB file stays open for the step (other processes wait for it)
     instead of being reopened by every statement group."""
 
@@ -75,14 +94,12 @@ class TallyDatabase(dg.ConfigurableResource):
     def sync(self, cloud: str, adapter: Any, *, now: datetime, run_key: str, run_id: str | None = None) -> Any:
         """One reconciliation run of ``cloud`` against its platform ``adapter``, with the configured settings
         (``run_id``: a run the API reserved and asked Dagster to execute)."""
-        from tally_pipeline.services.reconciliation import run_sync
         from tally_pipeline.store.sync_runs import run_row
 
         rt = self._rt()
         if run_id is not None and (run_row(rt.store, run_id) or {}).get("status") != "running":
             run_id = None  # a re-execution of a finished run (its tags copied): a sync of its own, not a rewrite
-        return run_sync(rt.store, rt.ingestor, cloud, adapter, **rt.config.reconciliation.run_options(), now=now,
-                        run_key=run_key, run_id=run_id)
+        return rt.sync(cloud, now=now, run_key=run_key, run_id=run_id, adapter=adapter)
 
     def recompute_usage_daily(self, first: date, last: date, *, through: datetime) -> Any:
         from tally_pipeline.services.ledger.daily import recompute_usage_daily
@@ -153,11 +170,7 @@ class TallyDatabase(dg.ConfigurableResource):
         return asset_reads.usage_totals_by_day(self._rt().store, first, last)
 
 
-class TallyStore(TallyDatabase):
-    """The tally database: events, dead letter, projections, reconciliation runs, usage."""
-
-
-class Ledger(TallyDatabase):
+class Ledger(TallyStore):
     """Where usage is posted: the ledger tables (by default in the tally database itself)."""
 
     ledger_database: str | None = Field(default=None, description="a separate ledger database URL, if any")

@@ -20,13 +20,13 @@ to the Python fold. The SQL lives in ``store/duckdb/projection.py`` and ``store/
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
 import orjson
 
-from tally_pipeline.core.fold import Folded, FoldEvent, FoldStart, ResourceState, fold
+from tally_pipeline.core.fold import Folded, FoldEvent, FoldStart, ResourceState, fold, fold_rows_by_resource
 from tally_pipeline.store.base import Store
 from tally_pipeline.store.projection_tables import Key, ProjectionTables, StoredFold, read_watermark
 
@@ -151,27 +151,6 @@ def _first_new_interval(prior: StoredFold) -> int:
 def _add_rows(key: Key, result: Folded, first_no: int, states: list[tuple[Any, ...]], intervals: list[tuple[Any, ...]]) -> None:
     states.append(_state_row(key, result))
     intervals.extend(_interval_rows(key, result, first_no))
-
-
-def fold_rows_by_resource(rows: Iterable[tuple[Any, ...]]) -> Iterator[tuple[Key, list[FoldEvent]]]:
-    """Fold rows ``(cloud, type, id, event_id, verb, occurred_at, project_id, size, seq, status)``, grouped by key."""
-    key: Key | None = None
-    batch: list[FoldEvent] = []
-    decoded: dict[str, Any] = {}  # sizes repeat (flavors): decode each text once; the fold never mutates them
-    for cloud, rtype, rid, event_id, verb, occurred_at, project_id, size, seq, status in rows:
-        row_key = (cloud, rtype, rid)
-        if row_key != key:
-            if key is not None:
-                yield key, batch
-            key, batch = row_key, []
-        if isinstance(size, str):
-            text = size
-            size = decoded.get(text)
-            if size is None:
-                size = decoded[text] = orjson.loads(text)
-        batch.append(FoldEvent(event_id, verb, occurred_at, project_id, size, seq, status))
-    if key is not None:
-        yield key, batch
 
 
 def _json(value: Any) -> str | None:

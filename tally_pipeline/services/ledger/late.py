@@ -15,10 +15,9 @@ from __future__ import annotations
 from collections.abc import Iterable
 from datetime import datetime
 
-from tally_pipeline.core.fold import FoldEvent, Interval, fold
+from tally_pipeline.core.fold import FoldEvent, Interval, fold, fold_rows_by_resource
 from tally_pipeline.core.ledger import EntityKey, usage_moved
 from tally_pipeline.core.registry import Meter
-from tally_pipeline.services.projection import fold_rows_by_resource
 from tally_pipeline.store import ledger_late
 from tally_pipeline.store.base import UnitOfWork
 from tally_pipeline.store.usage_sql import UsageSQL

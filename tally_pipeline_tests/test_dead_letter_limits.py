@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 from datetime import timedelta
 
+import pytest
 from click.testing import CliRunner
 from starlette.testclient import TestClient
 
@@ -83,6 +84,7 @@ def test_retention_deletes_what_is_older_than_the_retention(store, registry, tmp
     assert json.loads(cli.output)["deleted"] == 2 and store.rejected() == []
 
 
+@pytest.mark.slow
 def test_the_daily_job_applies_the_configured_retention(store_url, registry, tmp_path) -> None:
     config = tmp_path / "tally.yaml"
     config.write_text(f"database: {store_url}\ndead_letter: {{retention_days: 7}}\n")

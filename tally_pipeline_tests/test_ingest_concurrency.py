@@ -115,6 +115,7 @@ def deliveries(draw):
     return n, list(order), cuts
 
 
+@pytest.mark.slow
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(deliveries())
 def test_any_interleaving_and_duplication_yields_exactly_the_set(store, registry, delivery) -> None:

@@ -73,6 +73,7 @@ def _with_source(item: Any, reconciliation: bool) -> Any:
     return {**item, "source": "reconciliation"} if reconciliation and isinstance(item, dict) else item
 
 
+@pytest.mark.slow
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(data=st.data())
 def test_streaming_ingest_gives_the_results_of_validating_first(twins, registry, data) -> None:
@@ -93,6 +94,7 @@ def test_streaming_ingest_gives_the_results_of_validating_first(twins, registry,
     assert _state(fast) == _state(slow)
 
 
+@pytest.mark.slow
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(st.lists(st.dictionaries(st.tuples(st.sampled_from(["c1", "c2", "c3"]), st.sampled_from(["collector", "reconciliation"])),
                                 st.integers(1, 5), max_size=6), min_size=1, max_size=4))

@@ -17,6 +17,7 @@ import dataclasses
 import uuid
 from datetime import timedelta
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -75,6 +76,7 @@ def truth_of(server: str, changes: list) -> GroundTruth:
     return GroundTruth([lifecycle], start=T0, end=bounds[-1][0] + timedelta(hours=1))
 
 
+@pytest.mark.slow
 @settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(steps=transitions())
 def test_usage_per_status_equals_the_ground_truth_through_either_path(tmp_path, steps) -> None:

@@ -134,6 +134,7 @@ def test_single_event_endpoint(client, store) -> None:
     assert {d.reason for d in dead_letter(store)} == {"invalid_timestamp", "invalid_json"}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("change", "reason"),
     [

@@ -124,6 +124,7 @@ def components(draw: st.DrawFn) -> tuple[str, datetime | None]:
     return text, instant
 
 
+@pytest.mark.slow
 @settings(max_examples=3000, deadline=None)
 @given(components())
 @example(("2026-03-01T12:00:00+00:99", None))

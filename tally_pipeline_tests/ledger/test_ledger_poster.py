@@ -57,6 +57,7 @@ def fleet() -> list[Row]:
     ]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("batch_size", [1, 2, 5000])
 def test_after_a_cycle_postings_sum_to_usage_through_the_checkpoint(store, registry, batch_size) -> None:
     rows = fleet()

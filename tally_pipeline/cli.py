@@ -4,8 +4,23 @@ from __future__ import annotations
 
 import click
 
-from tally_pipeline import commands
-from tally_pipeline.commands._options import group_of, with_runtime  # noqa: F401  (re-exported)
+from tally_pipeline.commands import (
+    bench,
+    collect,
+    collector,
+    dead_letter,
+    demo,
+    ingest,
+    ledger,
+    openstack,
+    openstack_bench,
+    query,
+    serve,
+    snapshot,
+    soak,
+    sync,
+)
+from tally_pipeline.commands._options import with_runtime
 from tally_pipeline.redaction import redact_unconfigured_logging
 from tally_pipeline.runtime import Runtime
 
@@ -36,5 +51,24 @@ def db_migrate(rt: Runtime) -> None:
     click.echo(f"{store.dialect}: {len(names)} migrations applied, {len(applied)} new")
 
 
-# Commands that live beside the code they drive.
-commands.register(main)
+# Every command, listed in one place; each is defined at module level in commands/<area>.py.
+for command in (serve.serve, ingest.ingest, snapshot.snapshot, demo.demo, query.history, query.inventory,
+                query.projection_group, sync.sync, sync.sync_runs, sync.sync_remote, ledger.post_usage_command,
+                collector.collector):
+    main.add_command(command)
+
+GROUPS: dict[str, tuple[str, tuple[click.Command, ...]]] = {
+    "bench": ("Benchmarks: each prints its measurements as JSON.",
+              (bench.bench_ingest, bench.bench_projection, bench.bench_accuracy, bench.bench_reconcile,
+               ledger.bench_post_command, collect.bench_collect, openstack_bench.bench_openstack, soak.bench_soak)),
+    "collect": ("Collectors: read a cloud's own event stream into the ingest API.", (collect.collect_openstack,)),
+    "dead-letter": ("The dead letter (rejected_events).", (dead_letter.purge,)),
+    "ledger": ("The usage ledger: postings and checkpoints.", (ledger.verify_command,)),
+    "openstack": ("OpenStack clouds: credentials and scope.", (openstack.check,)),
+    "usage": ("Usage computed from the lifecycles.", (ledger.daily_command,)),
+}
+for name, (help_text, members) in GROUPS.items():
+    group = click.Group(name, help=help_text)
+    for command in members:
+        group.add_command(command)
+    main.add_command(group)

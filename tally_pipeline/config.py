@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 from datetime import date
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, TypedDict
 
 import yaml
 from pydantic import (
@@ -23,8 +23,10 @@ from pydantic import (
     model_validator,
 )
 
-from tally_pipeline.redaction import redact, remember_url_password, yaml_error_text
+from tally_pipeline.core.errors import TallyError
+from tally_pipeline.core.landing import LandingLimits
 from tally_pipeline.core.registry import STATUS_NAME
+from tally_pipeline.redaction import redact, remember_url_password, yaml_error_text
 from tally_pipeline.schemas import default_registry
 
 DEFAULT_DATABASE = "duckdb://.tally/tally.duckdb"
@@ -32,7 +34,7 @@ CLOUD_NAME = r"^[A-Za-z0-9_.-]{1,63}$"
 CONFIG_ENV = "TALLY_CONFIG"
 
 
-class ConfigError(ValueError):
+class ConfigError(TallyError, ValueError):
     """A configuration that cannot be used; the message names the file and the key.
 
     The message is redacted: a YAML error quotes the offending line, which may be the database URL.
@@ -40,6 +42,17 @@ class ConfigError(ValueError):
 
     def __init__(self, message: str):
         super().__init__(redact(message))
+
+
+class UnknownCloud(TallyError, KeyError):
+    """A cloud name the configuration does not list."""
+
+    def __str__(self) -> str:
+        return str(self.args[0])
+
+
+class MisconfiguredCloud(UnknownCloud):
+    """A cloud the config file names with an invalid entry (loaded with ``isolate_clouds``)."""
 
 
 class _Strict(BaseModel):
@@ -144,11 +157,21 @@ class ReconciliationSettings(_Strict):
     lock_lease: float = Field(default=300.0, ge=1, description="seconds a run's lock lasts unless renewed "
                               "(renewed every third of it while the run lives)")
 
-    def run_options(self) -> dict[str, float]:
+    def run_options(self) -> RunOptions:
         """The keyword arguments ``sync.run_sync`` takes from this section."""
         return {"settle_window": self.settle_window, "mass_delete_guard": self.mass_delete_guard,
                 "stuck_transition_hours": self.stuck_transition_hours, "max_run_time": self.max_run_time,
                 "lock_lease": self.lock_lease}
+
+
+class RunOptions(TypedDict):
+    """What a reconciliation run takes from the ``reconciliation:`` section."""
+
+    settle_window: float
+    mass_delete_guard: float
+    stuck_transition_hours: float
+    max_run_time: float
+    lock_lease: float
 
 
 class LedgerSettings(_Strict):
@@ -212,9 +235,7 @@ class LandingSettings(_Strict):
     excerpt_bytes: int = Field(default=64 * 1024, ge=256, description="of a refused item, kept in the dead letter")
     follow_symlinks: bool = Field(default=False, description="read a landing file given by a symlink")
 
-    def limits(self) -> Any:
-        from tally_pipeline.landing import LandingLimits
-
+    def limits(self) -> LandingLimits:
         return LandingLimits(self.max_item_bytes, self.max_file_bytes, self.max_ratio, self.excerpt_bytes,
                              self.follow_symlinks)
 

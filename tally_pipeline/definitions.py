@@ -53,10 +53,11 @@ def build_definitions(
     with location.describing(described):
         found = dg.load_from_defs_folder(path_within_project=PROJECT)
     providers = {c.provider for c in config.clouds.values()} or {"openstack"}
-    policy = catalog_policy(dialect_of(config.database), providers)
+    policy = catalog_policy(dialect_of(config.database), set(providers))
+    assets: list[Any] = _unique(found.assets)
     return dg.Definitions(
         # (Definitions.map_asset_specs would do this too, but is a preview API in dagster 1.13)
-        assets=dg.map_asset_specs(policy, _unique(found.assets)),
+        assets=dg.map_asset_specs(policy, assets),
         asset_checks=_unique(found.asset_checks),
         jobs=_unique(found.jobs),
         schedules=_unique(found.schedules),

@@ -148,7 +148,7 @@ def demo_logger(path: Path, echo: bool) -> dg.LoggerDefinition:
         handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(message)s"))
         log.addHandler(handler)
 
-    @dg.logger(description="The demo's Dagster log: a file in the demo directory.")
+    @dg.logger(None, description="The demo's Dagster log: a file in the demo directory.")
     def demo_log(_: dg.InitLoggerContext) -> logging.Logger:
         return log
 
@@ -185,7 +185,7 @@ def _tenant_sample(sim: Simulation, registry: SizeSchemaRegistry, main: Any, pla
 
 def run_demo(s: DemoSettings, *, progress: Callable[[int, int], None] | None = None) -> DemoRun:
     from tally_pipeline.definitions import build_definitions
-    from tally_pipeline.ledger.poster import post_usage
+    from tally_pipeline.services.ledger.poster import post_usage
 
     directory = s.directory or Path(tempfile.mkdtemp(prefix="tally-demo-"))
     directory.mkdir(parents=True, exist_ok=True)
@@ -224,10 +224,11 @@ def run_demo(s: DemoSettings, *, progress: Callable[[int, int], None] | None = N
                                         run_config={"loggers": {"demo_log": {}}}, **kwargs)
         run.dagster_runs[name] += 1
         # A partial sync is a failed run by design (docs/operations.md): the demo reports it, not stops on it.
-        if not result.success and instance.get_run_by_id(result.run_id).tags.get(SYNC_STATUS) != "partial":
+        dagster_run = instance.get_run_by_id(result.run_id)
+        if not result.success and (dagster_run is None or dagster_run.tags.get(SYNC_STATUS) != "partial"):
             failure = next((e for e in result.all_events if e.is_step_failure), None)
-            raise RuntimeError(f"{name} failed: "
-                               + (failure.step_failure_data.error.message if failure else "see dagster.log"))
+            error = failure.step_failure_data.error if failure else None
+            raise RuntimeError(f"{name} failed: " + (error.message if error else "see dagster.log"))
         return result
 
     def feed(after: datetime | None, until: datetime) -> None:
@@ -242,7 +243,7 @@ def run_demo(s: DemoSettings, *, progress: Callable[[int, int], None] | None = N
         clock.value = now
         execute(hourly, "projection+audit+posting", tags={NOW: format_rfc3339(now)})
         with plain.store.session():
-            from tally_pipeline import projection
+            from tally_pipeline.services import projection
 
             projection.refresh(plain.store)
             post_usage(plain.store, plain.registry, now=now, ingest_lag=s.ingest_lag, window_days=35)

@@ -4,23 +4,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
 from functools import cached_property
+from typing import Any
 
-from tally_pipeline.config import TallyConfig, load_config
+from tally_pipeline.config import MisconfiguredCloud, TallyConfig, UnknownCloud, load_config
 from tally_pipeline.core.registry import SizeSchemaRegistry
-from tally_pipeline.ingest import Ingestor
 from tally_pipeline.schemas import default_registry, load_registry
+from tally_pipeline.services.ingest import Ingestor
 from tally_pipeline.store import Store, open_store
-
-
-class UnknownCloud(KeyError):
-    def __str__(self) -> str:
-        return str(self.args[0])
-
-
-class MisconfiguredCloud(UnknownCloud):
-    """A cloud the config file names with an invalid entry (loaded with ``isolate_clouds``)."""
 
 
 @dataclass
@@ -70,11 +61,13 @@ class Runtime:
         return self._adapters[cloud]
 
     def sync(self, cloud: str, *, now: datetime | None = None, run_key: str | None = None,
-             run_id: str | None = None) -> Any:
-        """One reconciliation run of a configured cloud (see ``tally_pipeline.sync.run_sync``)."""
-        from tally_pipeline.sync import run_sync
+             run_id: str | None = None, adapter: Any = None) -> Any:
+        """One reconciliation run of a configured cloud with the configured settings, against ``adapter``
+        (default: the cloud's own; the demo passes a simulated one). See
+        ``tally_pipeline.services.reconciliation.run_sync``."""
+        from tally_pipeline.services.reconciliation import run_sync
 
-        return run_sync(self.store, self.ingestor, cloud, self.adapter(cloud),
+        return run_sync(self.store, self.ingestor, cloud, adapter if adapter is not None else self.adapter(cloud),
                         **self.config.reconciliation.run_options(), now=now, run_key=run_key, run_id=run_id)
 
     def share_store_of(self, older: Runtime) -> None:

@@ -10,9 +10,9 @@ from starlette.applications import Starlette
 from tally_pipeline.api.app import ApiContext, create_app
 from tally_pipeline.api.auth import Principal, TokenBook, digest
 from tally_pipeline.config import TallyConfig
-from tally_pipeline.ingest import Ingestor
 from tally_pipeline.runtime import Runtime
 from tally_pipeline.schemas import default_registry
+from tally_pipeline.services.ingest import Ingestor
 from tally_pipeline.store import Store
 
 SIM_CLOUD = "sim"

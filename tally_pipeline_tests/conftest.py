@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import os
 import uuid
-from urllib.parse import quote
 from collections.abc import Iterator
+from urllib.parse import quote
 
 import psycopg
 import pytest
 
-from tally_pipeline.ingest import Ingestor
 from tally_pipeline.schemas import default_registry
+from tally_pipeline.services.ingest import Ingestor
 from tally_pipeline.store import Store, open_store
 
 DEFAULT_DSN = "postgresql://postgres@127.0.0.1:5432/postgres"

@@ -139,3 +139,97 @@ def test_each_backend_is_a_package_of_the_same_parts() -> None:
     parts = {backend: sorted(p.stem for p in (PACKAGE / "store" / backend).glob("*.py"))
              for backend in ("duckdb", "postgres")}
     assert {"store", "projection", "fold", "usage_sql"} <= set(parts["duckdb"]) & set(parts["postgres"])
+
+
+#: The layers, lowest first: a module may import its own layer and the layers below it, never above.
+#: ``redaction`` and ``config`` are root modules every layer may need; the entry points and the
+#: Dagster wiring share the top layer (their imports among themselves are held acyclic above).
+LAYERS: tuple[frozenset[str], ...] = (
+    frozenset({"core", "redaction"}),
+    frozenset({"store", "sim", "schemas", "collector", "config"}),
+    frozenset({"adapters", "fakes"}),
+    frozenset({"services"}),
+    frozenset({"runtime", "api", "commands", "orchestration", "defs", "bench", "demo", "demo_report",
+               "definitions", "cli", "__main__"}),
+)
+
+
+def _layer_of(module: str) -> int:
+    parts = module.split(".")
+    if len(parts) == 1:  # the package's own __init__ (its version)
+        return 0
+    top = parts[1]
+    for rank, members in enumerate(LAYERS):
+        if top in members:
+            return rank
+    raise AssertionError(f"{module} is in no layer: add {top!r} to LAYERS")
+
+
+def _upward_imports(graph: dict[str, set[str]]) -> dict[str, list[str]]:
+    return {m: sorted(d for d in deps if _layer_of(d) > _layer_of(m))
+            for m, deps in graph.items() if any(_layer_of(d) > _layer_of(m) for d in deps)}
+
+
+def test_every_module_imports_only_its_own_layer_and_below() -> None:
+    assert _upward_imports(_graph()) == {}
+
+
+def test_layer_check_sees_an_upward_import() -> None:
+    graph = {"tally_pipeline.store.x": {"tally_pipeline.services.y"},
+             "tally_pipeline.services.y": {"tally_pipeline.store.x"}}
+    assert _upward_imports(graph) == {"tally_pipeline.store.x": ["tally_pipeline.services.y"]}
+
+
+def test_the_root_keeps_only_entry_points_and_wiring() -> None:
+    root = sorted(p.stem for p in PACKAGE.glob("*.py"))
+    assert root == ["__init__", "__main__", "cli", "config", "definitions", "demo", "demo_report",
+                    "redaction", "runtime"]
+
+
+def _error_classes() -> list[type[BaseException]]:
+    import importlib
+    import inspect
+    import pkgutil
+
+    found: dict[str, type[BaseException]] = {}
+    for info in pkgutil.walk_packages([str(PACKAGE)], "tally_pipeline."):
+        if info.name.endswith("__main__"):
+            continue
+        module = importlib.import_module(info.name)
+        for name, obj in inspect.getmembers(module, inspect.isclass):
+            if (issubclass(obj, BaseException) and obj.__module__ == info.name and not name.startswith("_")):
+                found[f"{obj.__module__}.{obj.__qualname__}"] = obj
+    return [found[k] for k in sorted(found)]
+
+
+def _error_tree() -> str:
+    """The tree of tally's errors as docs/architecture.md draws it: a line per class, indented by depth."""
+    from tally_pipeline.core.errors import TallyError
+
+    classes = _error_classes()
+    lines = []
+
+    def walk(parent: type[BaseException], depth: int) -> None:
+        children = sorted((c for c in classes if parent in c.__bases__), key=lambda c: c.__name__)
+        for child in children:
+            kinds = [b.__name__ for b in child.__bases__ if b is not parent and b.__module__ == "builtins"]
+            where = child.__module__.removeprefix("tally_pipeline.")
+            lines.append(f"{'    ' * depth}{child.__name__}" + (f" ({', '.join(kinds)})" if kinds else "")
+                         + f"  — {where}")
+            walk(child, depth + 1)
+
+    lines.append("TallyError  — core.errors")
+    walk(TallyError, 1)
+    return "\n".join(lines)
+
+
+def test_every_error_tally_raises_is_a_tally_error() -> None:
+    from tally_pipeline.core.errors import TallyError
+
+    outside = [f"{c.__module__}.{c.__name__}" for c in _error_classes() if not issubclass(c, TallyError)]
+    assert outside == []
+
+
+def test_the_architecture_document_draws_the_error_tree_as_it_is() -> None:
+    doc = (PACKAGE.parent / "docs" / "architecture.md").read_text(encoding="utf-8")
+    assert f"```\n{_error_tree()}\n```" in doc, _error_tree()

@@ -6,16 +6,17 @@ from __future__ import annotations
 import json
 from datetime import timedelta
 
+import pytest
 from click.testing import CliRunner
 from starlette.testclient import TestClient
 
 from tally_pipeline.api.quota import DeadLetterQuota
 from tally_pipeline.cli import main
-from tally_pipeline.dead_letter import purge_dead_letter
 from tally_pipeline.definitions import build_definitions
 from tally_pipeline.orchestration.resources import default_resources
-from tally_pipeline.ingest import Ingestor
 from tally_pipeline.runtime import Runtime
+from tally_pipeline.services.dead_letter import purge_dead_letter
+from tally_pipeline.services.ingest import Ingestor
 from tally_pipeline.store import open_store
 from tally_pipeline.store.base import RAW_PREFIX_CHARS
 from tally_pipeline_tests.api_setup import bearer, build_api, token_for
@@ -83,6 +84,7 @@ def test_retention_deletes_what_is_older_than_the_retention(store, registry, tmp
     assert json.loads(cli.output)["deleted"] == 2 and store.rejected() == []
 
 
+@pytest.mark.slow
 def test_the_daily_job_applies_the_configured_retention(store_url, registry, tmp_path) -> None:
     config = tmp_path / "tally.yaml"
     config.write_text(f"database: {store_url}\ndead_letter: {{retention_days: 7}}\n")

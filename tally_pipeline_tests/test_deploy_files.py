@@ -96,6 +96,7 @@ def _dagster_cli(*args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run([str(scripts / args[0]), *args[1:]], capture_output=True, text=True, timeout=120)
 
 
+@pytest.mark.slow
 def test_dagster_commands_exist() -> None:
     seen = set()
     for command in _commands():
@@ -119,6 +120,7 @@ def test_code_location_module_is_the_projects() -> None:
     assert modules == {pyproject["tool"]["dg"]["project"]["code_location_target_module"]}
 
 
+@pytest.mark.slow
 def test_an_installed_package_finds_its_definitions_by_the_dg_toml_it_ships(tmp_path: Path) -> None:
     """Outside a checkout there is no pyproject.toml: discovery finds the dg project by the package's own
     dg.toml (package data), which names the same root module as pyproject's [tool.dg]."""
@@ -219,6 +221,7 @@ def test_the_shipped_tally_config_and_tokens_validate(tmp_path: Path) -> None:
     assert load_config(str(tmp_path / "tally.yaml")).clouds["region-one"].provider == "openstack"
 
 
+@pytest.mark.slow
 def test_dagster_instance_settings_build_a_queued_postgres_instance(
         pg_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from dagster import DagsterInstance

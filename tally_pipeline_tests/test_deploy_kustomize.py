@@ -19,8 +19,8 @@ import pytest
 from tally_pipeline.cli import main as tally_main
 from tally_pipeline.config import load_config
 from tally_pipeline.defs.reconciliation.per_cloud import reconciliation_defs
+from tally_pipeline.services.reconciliation_remote import SYNC_PATH
 from tally_pipeline.store import open_store
-from tally_pipeline.sync_client import SYNC_PATH
 from tally_pipeline_tests.api.openapi_spec import app_operations, spec_operations
 from tally_pipeline_tests.api_setup import build_api
 from tally_pipeline_tests.kustomize import LayoutError, kustomization, render

@@ -7,7 +7,7 @@ import duckdb
 import psycopg
 from starlette.testclient import TestClient
 
-from tally_pipeline.ingest import Ingestor
+from tally_pipeline.services.ingest import Ingestor
 from tally_pipeline.store import open_store
 from tally_pipeline.store.migrations import MIGRATIONS_TABLE, migrations_for
 from tally_pipeline_tests.api_setup import bearer, build_api, token_for

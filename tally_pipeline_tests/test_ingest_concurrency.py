@@ -8,13 +8,12 @@ from collections import Counter
 from datetime import UTC, datetime
 
 import psycopg
-
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tally_pipeline.ingest import Ingestor
 from tally_pipeline.schemas import default_registry
+from tally_pipeline.services.ingest import Ingestor
 from tally_pipeline.store import open_store
 from tally_pipeline.store.postgres.store import PostgresUnitOfWork
 from tally_pipeline_tests.events import event
@@ -116,6 +115,7 @@ def deliveries(draw):
     return n, list(order), cuts
 
 
+@pytest.mark.slow
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(deliveries())
 def test_any_interleaving_and_duplication_yields_exactly_the_set(store, registry, delivery) -> None:

@@ -5,9 +5,8 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
-
 from tally_pipeline.core.envelope import EventRecord, validate_event
-from tally_pipeline.ingest import Ingestor
+from tally_pipeline.services.ingest import Ingestor
 from tally_pipeline_tests.events import event
 
 

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from tally_pipeline.ingest import MAX_BATCH, BatchTooLarge, Ingestor
+from tally_pipeline.services.ingest import MAX_BATCH, BatchTooLarge, Ingestor
 from tally_pipeline.store import open_store
 from tally_pipeline_tests.events import event
 

@@ -17,8 +17,8 @@ from hypothesis import strategies as st
 
 from tally_pipeline.core.envelope import EventRecord, Rejection, validate_event
 from tally_pipeline.core.registry import SizeSchemaRegistry
-from tally_pipeline.ingest import Ingestor, PreparedBatch
 from tally_pipeline.schemas import default_registry
+from tally_pipeline.services.ingest import Ingestor, PreparedBatch
 from tally_pipeline.store import open_store
 from tally_pipeline.store.base import Store, TransientConflict, UnitOfWork
 from tally_pipeline.store.postgres.store import PostgresStore, PostgresUnitOfWork
@@ -73,6 +73,7 @@ def _with_source(item: Any, reconciliation: bool) -> Any:
     return {**item, "source": "reconciliation"} if reconciliation and isinstance(item, dict) else item
 
 
+@pytest.mark.slow
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(data=st.data())
 def test_streaming_ingest_gives_the_results_of_validating_first(twins, registry, data) -> None:
@@ -93,6 +94,7 @@ def test_streaming_ingest_gives_the_results_of_validating_first(twins, registry,
     assert _state(fast) == _state(slow)
 
 
+@pytest.mark.slow
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(st.lists(st.dictionaries(st.tuples(st.sampled_from(["c1", "c2", "c3"]), st.sampled_from(["collector", "reconciliation"])),
                                 st.integers(1, 5), max_size=6), min_size=1, max_size=4))
@@ -102,8 +104,8 @@ def test_activity_in_one_statement_is_the_activity_of_one_per_cloud(twins, batch
         _wipe(store)
     for n, counts in enumerate(batches_of_counts):
         at = T0.replace(minute=n)
-        fast.run(lambda uow: uow.note_activity(counts, at))
-        slow.run(lambda uow: UnitOfWork.note_activity(uow, counts, at))
+        fast.run(lambda uow, counts=counts, at=at: uow.note_activity(counts, at))
+        slow.run(lambda uow, counts=counts, at=at: UnitOfWork.note_activity(uow, counts, at))
     assert _state(fast)["activity"] == _state(slow)["activity"]
 
 
@@ -160,7 +162,7 @@ def test_a_retried_unit_copies_each_event_once(pg_url, registry, monkeypatch) ->
         return real_validate(item, reg)
 
     monkeypatch.setattr(PostgresUnitOfWork, "note_activity", flaky_note)
-    monkeypatch.setattr("tally_pipeline.ingest.validate_event", counting_validate)
+    monkeypatch.setattr("tally_pipeline.services.ingest.validate_event", counting_validate)
     try:
         items = [event() for _ in range(300)] + [{"bogus": 1}]
         outcome = Ingestor(store, registry).ingest(items, origin="t")

@@ -15,8 +15,8 @@ from starlette.testclient import TestClient
 from tally_pipeline.api.app import JSON
 from tally_pipeline.core.jsontext import DuplicateKeys, InexactNumber, array_item_texts, loads_exact
 from tally_pipeline.core.timeutil import format_rfc3339
-from tally_pipeline.ingest import Ingestor
-from tally_pipeline.landing import ingest_file
+from tally_pipeline.services.ingest import Ingestor
+from tally_pipeline.services.landing import ingest_file
 from tally_pipeline_tests.api_setup import bearer, build_api, token_for
 from tally_pipeline_tests.events import event
 

@@ -10,10 +10,9 @@ import json
 import time
 from pathlib import Path
 
-import dagster as dg
 import pytest
 
-from tally_pipeline.landing import LandingLimits, ingest_file, read_items
+from tally_pipeline.services.landing import LandingLimits, ingest_file, read_items
 from tally_pipeline_tests.defs.test_dagster_assets import T0, setup, vol_event  # noqa: F401  (setup is a fixture)
 
 SMALL = LandingLimits(max_item_bytes=64 * 1024, excerpt_bytes=1024)

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from tally_pipeline.landing import LandingPathError, resolve_landing_path
+from tally_pipeline.services.landing import LandingPathError, resolve_landing_path
 
 
 @pytest.fixture

@@ -12,12 +12,12 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tally_pipeline import projection, queries
 from tally_pipeline.core.fold import FoldEvent, fold
-from tally_pipeline.ingest import Ingestor
+from tally_pipeline.services import projection, queries
+from tally_pipeline.services.ingest import Ingestor
 from tally_pipeline.store import open_store
-from tally_pipeline.store.migrations import MIGRATIONS_TABLE, migrations_for
 from tally_pipeline.store.duckdb.projection import RESOURCE_KEY
+from tally_pipeline.store.migrations import MIGRATIONS_TABLE, migrations_for
 from tally_pipeline.store.projection_tables import INTERVAL_COLUMNS, STATE_COLUMNS
 
 T0 = datetime(2026, 3, 1, tzinfo=UTC)
@@ -207,6 +207,7 @@ def test_a_rebuild_into_empty_tables_builds_them_with_every_index_they_had(pg_st
         store.run(lambda uow: uow.execute("INSERT INTO resource_intervals SELECT * FROM resource_intervals LIMIT 1"))
 
 
+@pytest.mark.slow
 def test_large_refresh_folds_in_sql_and_equals_small_refreshes(tmp_path, store_url, registry, monkeypatch) -> None:
     """Bulk refreshes fold in SQL and small ones in Python, on each backend; both give the same tables."""
     history = random_history(random.Random(3), "s", 50, 700)
@@ -282,6 +283,7 @@ def test_later_events_resume_the_stored_fold_and_only_late_ones_refold_history(s
     assert [(i["lifecycle"], i["start"]) for i in queries.lifecycle(store, "c1", "volume", "z")] == [(1, hours(5))]
 
 
+@pytest.mark.slow
 def test_incremental_refresh_equals_rebuild_after_late_batches(store, registry) -> None:
     rng = random.Random(11)
     ingestor = Ingestor(store, registry)
@@ -358,7 +360,9 @@ def test_both_backends_project_the_same_tables(tmp_path, pg_url, registry) -> No
         finally:
             store.close()
     duck, pg = results
-    strip_seq = lambda rows: [r[:9] + r[10:] for r in rows]  # seq values depend on batch order per backend
+    def strip_seq(rows):  # seq values depend on batch order per backend
+        return [r[:9] + r[10:] for r in rows]
+
     assert strip_seq(duck[0]) == strip_seq(pg[0])
     assert duck[1] == pg[1]
 
@@ -379,6 +383,7 @@ def small_histories(draw):
     return items
 
 
+@pytest.mark.slow
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(small_histories())
 def test_duckdb_sql_fold_equals_python_fold(registry, spec) -> None:
@@ -394,6 +399,7 @@ def test_duckdb_sql_fold_equals_python_fold(registry, spec) -> None:
     store.close()
 
 
+@pytest.mark.slow
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(small_histories(), st.randoms(use_true_random=False), st.integers(min_value=1, max_value=6))
 def test_incremental_refresh_in_any_batches_equals_the_python_fold_and_the_sql_rebuild(store, registry, spec, rng,
@@ -441,6 +447,7 @@ _DAMAGE = (
 )
 
 
+@pytest.mark.slow
 @settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(small_histories(), st.randoms(use_true_random=False), st.integers(min_value=1, max_value=6),
        st.lists(st.tuples(st.sampled_from(range(len(_DAMAGE))), st.sampled_from(["a", "b", "c"])), max_size=3))
@@ -469,6 +476,7 @@ def test_bulk_refreshes_and_a_rebuild_over_damaged_tables_equal_the_python_fold(
 SHARED_KEYS_MACRO = "CREATE OR REPLACE MACRO tally_resource_key(cloud, resource_type, resource_id) AS length(resource_id) % 2"
 
 
+@pytest.mark.slow
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(small_histories(), st.randoms(use_true_random=False), st.integers(min_value=1, max_value=6), st.booleans())
 def test_duckdb_resources_that_share_a_resource_key_are_folded_apart(registry, spec, rng, batch, bulk) -> None:

@@ -90,6 +90,7 @@ def test_the_missing_migrations_error_has_no_password(pg_url: str) -> None:
     assert PASSWORD not in result.output and "postgres:***@" in result.output
 
 
+@pytest.mark.slow
 def test_a_store_error_and_the_pool_warnings_have_no_password() -> None:
     # libpq quotes a URI it cannot parse, password and all; the pool logs that on every attempt. A real
     # process: under pytest, log records go to pytest's handlers instead of the terminal.

@@ -11,12 +11,12 @@ from pathlib import Path
 import pytest
 from starlette.testclient import TestClient
 
-from tally_pipeline import projection
 from tally_pipeline.core.envelope import EventRecord, Rejection, validate_event
 from tally_pipeline.core.registry import SizeSchemaRegistry
 from tally_pipeline.core.usage import Interval, interval_usage_micro
-from tally_pipeline.ingest import Ingestor
-from tally_pipeline.landing import ingest_file
+from tally_pipeline.services import projection
+from tally_pipeline.services.ingest import Ingestor
+from tally_pipeline.services.landing import ingest_file
 from tally_pipeline.store import open_store
 from tally_pipeline_tests.api_setup import bearer, build_api, token_for
 from tally_pipeline_tests.events import event
@@ -136,8 +136,8 @@ def test_an_older_history_holding_floats_is_migrated_and_refolded(store_url, reg
 def test_reconciliation_books_a_float_size_as_integers_and_converges(store, registry) -> None:
     from tally_pipeline.adapters.simulated import SimulatedAdapter
     from tally_pipeline.fakes.static_view import StaticView
+    from tally_pipeline.services.reconciliation import run_sync
     from tally_pipeline.sim.platform import PlatformRecord
-    from tally_pipeline.sync import run_sync
 
     now = datetime(2026, 3, 2, 12, 0, tzinfo=UTC)
     created = datetime(2026, 3, 1, tzinfo=UTC)

@@ -7,12 +7,12 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from tally_pipeline import projection, queries
 from tally_pipeline.adapters.simulated import SimulatedAdapter
 from tally_pipeline.core import reconcile as rules
 from tally_pipeline.fakes.static_view import StaticView
+from tally_pipeline.services import projection, queries
+from tally_pipeline.services.reconciliation import SyncInProgress, projected_resources, run_sync, sync_runs
 from tally_pipeline.sim.platform import PlatformRecord
-from tally_pipeline.sync import SyncInProgress, projected_resources, run_sync, sync_runs
 
 NOW = datetime(2026, 3, 2, 12, 0, tzinfo=UTC)
 OLD = NOW - timedelta(days=1)
@@ -136,7 +136,7 @@ def test_failed_type_never_deletes_and_marks_the_run_partial(store, ingestor) ->
     view.failures["volume"] = "timeout"
     run = sync(store, ingestor, view)
     assert run.status == "partial" and run.deleted == 0
-    assert run.per_type["volume"]["status"] == "failed" and "TimeoutError" in run.per_type["volume"]["reason"]
+    assert run.per_type["volume"].status == "failed" and "TimeoutError" in run.per_type["volume"].reason
     assert queries.resource_state(store, CLOUD, "volume", "v1")["status"] == "live"
     view.failures["volume"] = "error"
     assert sync(store, ingestor, view, run_key="tick:2").deleted == 0
@@ -168,7 +168,7 @@ def test_mass_delete_guard_holds_deletes_and_raises_drift(store, ingestor) -> No
     ingestor.ingest([collector_event(f"e{i}", f"v{i}", "create", OLD) for i in range(30)], origin="t")
     run = sync(store, ingestor, StaticView.of([rec("v0")]))
     assert run.deleted == 0 and run.deferrals_by_reason() == {"mass_delete_guard": 29}
-    assert run.per_type["volume"]["guard_tripped"] and run.drift > 0.9
+    assert run.per_type["volume"].guard_tripped and run.drift > 0.9
     assert queries.inventory(store, cloud=CLOUD, limit=100).resources.__len__() == 30
 
 

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import pytest
+
 from tally_pipeline.bench import accuracy
 from tally_pipeline.sim import DeliverySpec, SimulationSpec, simulate
 from tally_pipeline.sim.platform import in_down_cell
 
 
+@pytest.mark.slow
 def test_a_down_cell_never_deletes_its_running_servers() -> None:
     spec = SimulationSpec(clouds=("sim-1",), resources=80, hours=4, seed=1, delivery=DeliverySpec(loss=0.0),
                           failing_types={"sim-1": {"instance": "down_cell"}})

@@ -12,9 +12,9 @@ from tally_pipeline.bench.common import free_port
 from tally_pipeline.config import DagsterSettings, TallyConfig
 from tally_pipeline.orchestration.launch import DagsterSyncExecutor
 from tally_pipeline.runtime import Runtime
+from tally_pipeline.services.reconciliation import RESERVATION_LEASE, SyncInProgress, leases_of
+from tally_pipeline.services.reconciliation_launch import LocalExecutor, SyncLauncher, reserve, run_key_of
 from tally_pipeline.store import Store, sync_runs
-from tally_pipeline.sync import RESERVATION_LEASE, SyncInProgress, leases_of
-from tally_pipeline.sync_launch import LocalExecutor, SyncLauncher, reserve, run_key_of
 
 
 def _runtime(store: Store) -> Runtime:

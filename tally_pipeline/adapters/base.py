@@ -13,26 +13,26 @@ from collections.abc import Callable, Iterator, Sequence
 from datetime import datetime
 from typing import Protocol, runtime_checkable
 
+from tally_pipeline.core.errors import TallyError
 
-from tally_pipeline.core.platform import (  # noqa: F401  (re-exported: the adapters' vocabulary)
-    INSUFFICIENT_SCOPE,
-    Confirmation,
-    DeletedListing,
-    DeletedResource,
-    Enumerated,
-    Failed,
-    ListedResource,
-    ListingScope,
-    SkipItem,
-    SkippedResource,
-    TypeListing,
-)
+# The platform's answers, re-exported: the adapters' vocabulary.
+from tally_pipeline.core.platform import INSUFFICIENT_SCOPE as INSUFFICIENT_SCOPE
+from tally_pipeline.core.platform import Confirmation as Confirmation
+from tally_pipeline.core.platform import DeletedListing as DeletedListing
+from tally_pipeline.core.platform import DeletedResource as DeletedResource
+from tally_pipeline.core.platform import Enumerated as Enumerated
+from tally_pipeline.core.platform import Failed as Failed
+from tally_pipeline.core.platform import ListedResource as ListedResource
+from tally_pipeline.core.platform import ListingScope as ListingScope
+from tally_pipeline.core.platform import SkipItem as SkipItem
+from tally_pipeline.core.platform import SkippedResource as SkippedResource
+from tally_pipeline.core.platform import TypeListing as TypeListing
 
 #: A failed type's code when the run's time bound ended its listing.
 RUN_TIME_BOUND = "run_time_bound"
 
 
-class AdapterError(RuntimeError):
+class AdapterError(TallyError, RuntimeError):
     """A failure listing one type; the message becomes that type's ``failed(reason)``."""
 
     #: A code for rules and alerts (``Failed.code``); None for an ordinary failure.
@@ -107,7 +107,10 @@ def list_type(adapter: PlatformAdapter, resource_type: str, *, at: datetime,
         skipped: list[SkippedResource] = []
         try:
             for n, item in enumerate(adapter.enumerate(resource_type, at=at)):
-                (skipped if isinstance(item, SkippedResource) else items).append(item)
+                if isinstance(item, SkippedResource):
+                    skipped.append(item)
+                else:
+                    items.append(item)
                 if deadline is not None and n % 100 == 0 and time.monotonic() > deadline:
                     return Failed(resource_type, f"{RUN_TIME_BOUND}: the run's time bound was reached after "
                                                  f"{n + 1} items", code=RUN_TIME_BOUND)

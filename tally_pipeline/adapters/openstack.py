@@ -54,8 +54,8 @@ from tally_pipeline.adapters.base import (
     InsufficientScope,
     ListedResource,
     ListingScope,
-    SkippedResource,
     SkipItem,
+    SkippedResource,
     confirm_each,
 )
 from tally_pipeline.adapters.openstack_pages import ListCall, MalformedPage, pages
@@ -170,7 +170,7 @@ class OpenStackAdapter:
         Raises ``AdapterError`` saying why when there is no token (bad password, keystone down)."""
         try:
             session = self.connection.session
-            access = session.auth.get_access(session)
+            access = session.auth.get_access(session)  # type: ignore[union-attr]  # no auth raises, and says why
         except Exception as exc:  # noqa: BLE001 - the reason names what went wrong
             raise AdapterError(self._explain("identity", exc)) from exc
         return scope_rules.Credentials(
@@ -367,7 +367,7 @@ class OpenStackAdapter:
             return f"{service} service not in catalog" + (f" for region {region}" if region else "")
         if isinstance(exc, sdk_exceptions.HttpException):
             status = exc.status_code
-            where = _short_url(exc.url)
+            where = _short_url(exc.url if isinstance(exc.url, str) else None)
             detail = (exc.details or "").strip()
             text = f"HTTP {status} from {service}" + (f" ({where})" if where else "")
             return f"{text}: {detail}" if detail else text

@@ -24,9 +24,10 @@ import orjson
 from openstack import exceptions as sdk_exceptions
 
 from tally_pipeline.adapters.base import MarkerVanished
+from tally_pipeline.core.errors import TallyError
 
 
-class MalformedPage(ValueError):
+class MalformedPage(TallyError, ValueError):
     """A page that is not what the service's API reference promises."""
 
 

@@ -18,7 +18,6 @@ from typing import Any
 from tally_pipeline.adapters.base import AdapterError, DeletedResource, ListedResource, SkipItem
 from tally_pipeline.core.transitions import in_transition, never_ran
 
-
 #: Nova's placeholder status (microversion 2.69+) for a server in a cell it cannot reach.
 UNKNOWN = "UNKNOWN"
 #: What nova's deleted listing holds: hard-deleted servers, and soft-deleted ones awaiting reclaim.
@@ -90,7 +89,9 @@ def deletion_time(raw: dict[str, Any], sid: str, updated_at: datetime | None) ->
 
 def flavor_size(raw: dict[str, Any], sid: str) -> dict[str, Any]:
     flavor = raw.get("flavor")
-    name = flavor.get("original_name") if isinstance(flavor, dict) else None
+    if not isinstance(flavor, dict):
+        flavor = {}
+    name = flavor.get("original_name")
     if not name:
         raise _skip("server", sid, "malformed", "no embedded flavor (nova answered below microversion 2.47)")
     return {

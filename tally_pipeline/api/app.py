@@ -48,11 +48,10 @@ from tally_pipeline.api.http import (  # noqa: F401  (re-exported: tests and the
     require,
 )
 from tally_pipeline.api.metrics import CONTENT_TYPE, store_families
-from tally_pipeline.ingest import MAX_BATCH, BatchOutcome, BodyItemTexts
 from tally_pipeline.redaction import MASK, mask_credentials, redact
-from tally_pipeline.runtime import UnknownCloud
-from tally_pipeline.store.base import RejectedRow, StoreBusy, StoreUnavailable
-from tally_pipeline.sync import SyncInProgress
+from tally_pipeline.services.errors import StoreBusy, StoreUnavailable, SyncInProgress, UnknownCloud
+from tally_pipeline.services.ingest import MAX_BATCH, BatchOutcome, BodyItemTexts
+from tally_pipeline.store.base import RejectedRow
 
 log = logging.getLogger("tally.api")
 
@@ -166,10 +165,10 @@ async def post_event(ctx: ApiContext, request: Request) -> Response:
     _charge(ctx, principal, outcome.dead_letter_bytes)
     ctx.metrics.count_outcome(outcome, metric_clouds(ctx, principal))
     result = outcome.results[0]
-    body = result.as_json()
-    body.pop("index", None)
+    answer = result.as_json()
+    answer.pop("index", None)
     status = {"stored": 201, "duplicate": 200, "rejected": 400}[result.status]
-    return JSON(body, status_code=status)
+    return JSON(answer, status_code=status)
 
 
 async def get_rejected(ctx: ApiContext, request: Request) -> Response:

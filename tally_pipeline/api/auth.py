@@ -20,12 +20,13 @@ from pathlib import Path
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from tally_pipeline.core.errors import TallyError
 from tally_pipeline.redaction import yaml_error_text
 
 SCOPE_PATTERN = re.compile(r"^(read|admin|ingest:\*|ingest:[A-Za-z0-9_.-]{1,63})$")
 
 
-class TokensFileError(ValueError):
+class TokensFileError(TallyError, ValueError):
     pass
 
 

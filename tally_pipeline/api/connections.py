@@ -99,11 +99,11 @@ class BoundedHttpProtocol(HttpToolsProtocol):
         self.transport.close()
 
     def _peer(self) -> str:
-        return "%s:%d" % self.client if self.client else "unknown peer"
+        return f"{self.client[0]}:{self.client[1]}" if self.client else "unknown peer"
 
     # -- asyncio.Protocol -----------------------------------------------------------------------
 
-    def connection_made(self, transport: Any) -> None:  # type: ignore[override]
+    def connection_made(self, transport: Any) -> None:
         super().connection_made(transport)
         cap = self.limits.max_connections_per_client
         if cap is not None and self.client:

@@ -18,8 +18,9 @@ from starlette.responses import Response
 from tally_pipeline.api.auth import ANONYMOUS_LOCAL, Principal, TokenBook
 from tally_pipeline.api.metrics import ApiMetrics
 from tally_pipeline.api.quota import DEFAULT_PER_MINUTE, DeadLetterQuota
+from tally_pipeline.core.errors import TallyError
 from tally_pipeline.core.timeutil import TimestampError, format_rfc3339, parse_rfc3339
-from tally_pipeline.ingest import Ingestor
+from tally_pipeline.services.ingest import Ingestor
 from tally_pipeline.store.base import Store
 
 DEFAULT_MAX_BODY = 5 * 1024 * 1024
@@ -76,7 +77,7 @@ class ApiContext:
             self.dead_letter_quota = DeadLetterQuota(per_minute)
 
 
-class ApiError(Exception):
+class ApiError(TallyError):
     def __init__(self, response: JSON):
         self.response = response
 

@@ -19,7 +19,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metri
 
 from tally_pipeline.api.connections import CONNECTIONS_CLOSED
 from tally_pipeline.core.alerts import OTHER_CLOUD, fold_unknown
-from tally_pipeline.ingest import BatchOutcome
+from tally_pipeline.services.ingest import BatchOutcome
 
 #: The text format Prometheus scrapes.
 CONTENT_TYPE = prometheus_client.CONTENT_TYPE_LATEST
@@ -99,7 +99,7 @@ def store_families(store: Any, clouds: list[str], known: Collection[str] | None 
     the configured ones). Every other stored cloud is counted as ``other`` (its latest event, the sum of
     its counts): the page's size does not grow with what writers put in ``cloud``.
     """
-    from tally_pipeline.alerts import activity, last_runs, last_success
+    from tally_pipeline.services.alerts import activity, last_runs, last_success
     from tally_pipeline.store import asset_reads, sync_runs
 
     named = frozenset(clouds) if known is None else frozenset(known)
@@ -107,12 +107,14 @@ def store_families(store: Any, clouds: list[str], known: Collection[str] | None 
     families: list[Metric] = []
 
     def gauge(name: str, help_text: str, labels: list[str]) -> GaugeMetricFamily:
-        families.append(GaugeMetricFamily(name, help_text, labels=labels))
-        return families[-1]
+        family = GaugeMetricFamily(name, help_text, labels=labels)
+        families.append(family)
+        return family
 
     def counter(name: str, help_text: str, labels: list[str]) -> CounterMetricFamily:
-        families.append(CounterMetricFamily(name, help_text, labels=labels))
-        return families[-1]
+        family = CounterMetricFamily(name, help_text, labels=labels)
+        families.append(family)
+        return family
 
     last_event = gauge("tally_cloud_last_collector_event_timestamp_seconds",
                        "When the last collector event for the cloud was stored (Unix time).", ["cloud"])
@@ -129,10 +131,10 @@ def store_families(store: Any, clouds: list[str], known: Collection[str] | None 
     for cloud, (collector, reconciliation) in sorted(counts.items()):
         stored.add_metric([cloud, "collector"], collector)
         stored.add_metric([cloud, "reconciliation"], reconciliation)
-    known = gauge("tally_cloud_known", "1 for every cloud named on this page under its own name (configured, or in "
-                  "alerts.clouds): watched for silence however long it has been quiet.", ["cloud"])
+    known_family = gauge("tally_cloud_known", "1 for every cloud named on this page under its own name (configured, "
+                         "or in alerts.clouds): watched for silence however long it has been quiet.", ["cloud"])
     for cloud in sorted(named):
-        known.add_metric([cloud], 1)
+        known_family.add_metric([cloud], 1)
     configured = gauge("tally_sync_configured", "1 for every cloud in the configuration (so a never-synced cloud is "
                        "visible).", ["cloud"])
     for cloud in sorted(clouds):

@@ -6,7 +6,6 @@ from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import Response
 
-from tally_pipeline import queries
 from tally_pipeline.api.http import (
     JSON,
     ApiContext,
@@ -21,6 +20,7 @@ from tally_pipeline.api.http import (
     query_text,
     require,
 )
+from tally_pipeline.services import queries
 
 
 def _key(request: Request) -> tuple[str, str, str]:

@@ -20,8 +20,9 @@ from starlette.requests import Request
 from starlette.responses import Response
 
 from tally_pipeline.api.http import JSON, ApiContext, ApiError, checked_text, error, principal_of, require
-from tally_pipeline.sync import SyncInProgress, leases_of
-from tally_pipeline.sync_launch import FINISHED, LocalExecutor, ShuttingDown, SyncLauncher
+from tally_pipeline.services.errors import ShuttingDown, SyncInProgress
+from tally_pipeline.services.reconciliation import leases_of
+from tally_pipeline.services.reconciliation_launch import FINISHED, LocalExecutor, SyncLauncher
 
 #: The longest ``?wait`` in seconds: below the read timeout of the shipped proxy (deploy/proxy, 120 s)
 #: and of most load balancers, so a waiting caller gets its answer, not a gateway timeout.
@@ -50,7 +51,7 @@ def build_launcher(ctx: ApiContext) -> SyncLauncher:
         return SyncLauncher(ctx.store, DagsterSyncExecutor(settings.dagster), leases)
 
     def run(cloud: str, run_id: str) -> Any:
-        from tally_pipeline.sync_launch import run_key_of
+        from tally_pipeline.services.reconciliation_launch import run_key_of
 
         return runtime.sync(cloud, run_id=run_id, run_key=run_key_of(run_id))
 

@@ -17,17 +17,17 @@ from datetime import datetime, timedelta
 from decimal import Decimal
 from typing import Any
 
-from tally_pipeline import projection
 from tally_pipeline.adapters.simulated import SimulatedAdapter
 from tally_pipeline.core.timeutil import to_utc
 from tally_pipeline.core.usage import Interval, tenant_error, usage_by_entity
-from tally_pipeline.ingest import Ingestor
-from tally_pipeline.ledger.usage import cumulative_usage
 from tally_pipeline.schemas import default_registry
+from tally_pipeline.services import projection
+from tally_pipeline.services.ingest import Ingestor
+from tally_pipeline.services.ledger.usage import cumulative_usage
+from tally_pipeline.services.reconciliation import SyncRun, run_sync
 from tally_pipeline.sim import DeliverySpec, Simulation, SimulationSpec, simulate
 from tally_pipeline.sim.truth import power_class
 from tally_pipeline.store import Store, open_store
-from tally_pipeline.sync import SyncRun, run_sync
 
 
 @dataclass
@@ -121,7 +121,7 @@ def lifecycle_end_errors(d: Drive) -> list[dict[str, Any]]:
             "key": lc.key, "seen": True,
             "start_error_s": (to_utc(start) - lc.created_at).total_seconds(),
             "end_error_s": None if (end is None) != (truth_end is None) else
-            ((end - truth_end).total_seconds() if end is not None else 0.0),
+            ((end - truth_end).total_seconds() if end is not None and truth_end is not None else 0.0),
             "end_mismatch": (end is None) != (truth_end is None),
         })
     return out
@@ -139,7 +139,7 @@ def store_by_entity(store: Store, start: datetime, end: datetime) -> dict[tuple[
     registry = default_registry()
     late, early = cumulative_usage(store, registry, end), cumulative_usage(store, registry, start)
     keys = set(late.micro) | set(early.micro)
-    return {tuple(k): late.micro.get(k, 0) - early.micro.get(k, 0) for k in keys}
+    return {(k[0], k[1], k[2]): late.micro.get(k, 0) - early.micro.get(k, 0) for k in keys}
 
 
 def status_hours(store: Store, start: datetime, end: datetime) -> dict[str, Decimal]:
@@ -212,8 +212,8 @@ def report(d: Drive) -> dict[str, Any]:
     stats = sim.stream.stats()
     never_seen = [lc.key for lc in sim.truth
                   if not _has_events(d.reconciled, (lc.cloud, lc.resource_type, lc.resource_id))]
-    corrections = Counter()
-    deferrals = Counter()
+    corrections: Counter[str] = Counter()
+    deferrals: Counter[str] = Counter()
     for run in d.runs:
         corrections.update(created=run.created, updated=run.updated, deleted=run.deleted, recovered=run.recovered)
         deferrals.update(run.deferrals_by_reason())

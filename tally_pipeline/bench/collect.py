@@ -397,7 +397,7 @@ def _server_versioned(n: int, rng: random.Random) -> tuple[str, str, dict[str, A
 
 def _server_legacy(n: int, rng: random.Random) -> tuple[str, str, dict[str, Any]]:
     name, vcpus, ram, disk = rng.choice(_FLAVORS)
-    payload = {"state_description": "", "availability_zone": None, "terminated_at": "", "ephemeral_gb": 0,
+    payload: dict[str, Any] = {"state_description": "", "availability_zone": None, "terminated_at": "", "ephemeral_gb": 0,
                "instance_type_id": 12, "message": "Success", "deleted_at": "", "reservation_id": f"r-{n:08x}",
                "instance_id": f"bench-legacy-vm-{n}", "user_id": "bench", "hostname": f"bench-legacy-{n}",
                "state": "active", "launched_at": "2026-01-01T00:00:05.000000", "metadata": [], "node": "compute-1",
@@ -426,7 +426,7 @@ def _image_upload(n: int, rng: random.Random) -> tuple[str, str, dict[str, Any]]
 
 def _floating_ip(n: int, rng: random.Random) -> tuple[str, str, dict[str, Any]]:
     project = _project(rng)
-    ip = {"id": f"bench-fip-{n}", "tenant_id": project, "project_id": project,
+    ip: dict[str, Any] = {"id": f"bench-fip-{n}", "tenant_id": project, "project_id": project,
           "floating_ip_address": f"203.0.{n % 250}.{n % 251 + 1}", "floating_network_id": "ext-net",
           "router_id": None, "port_id": None, "fixed_ip_address": None, "status": "DOWN", "description": "",
           "qos_policy_id": None, "port_details": None, "dns_domain": "", "dns_name": "", "tags": [],
@@ -436,7 +436,7 @@ def _floating_ip(n: int, rng: random.Random) -> tuple[str, str, dict[str, Any]]:
 
 
 def _load_balancer(n: int, rng: random.Random) -> tuple[str, str, dict[str, Any]]:
-    payload = {"enabled": True, "availability_zone": None, "created_at": "2026-01-01T00:00:00.000000",
+    payload: dict[str, Any] = {"enabled": True, "availability_zone": None, "created_at": "2026-01-01T00:00:00.000000",
                "description": "", "flavor_id": None, "id": f"bench-lb-{n}", "listeners": [], "name": f"lb-{n}",
                "operating_status": "OFFLINE", "pools": [], "project_id": _project(rng), "provider": "amphora",
                "provisioning_status": "PENDING_CREATE", "tags": [], "updated_at": None,

@@ -31,10 +31,10 @@ from typing import Any
 import httpx
 import orjson
 
+from tally_pipeline.bench import ingest_log as bench_log
 from tally_pipeline.bench.common import api_process, peak_rss_mb, timer
 from tally_pipeline.core.envelope import EventRecord, validate_event
 from tally_pipeline.runtime import Runtime
-from tally_pipeline.store import bench_log
 
 _FLAVORS = [
     {"flavor_name": "m1.small", "vcpus": 1, "ram_mb": 2048, "disk_gb": 20},

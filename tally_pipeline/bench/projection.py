@@ -35,9 +35,9 @@ from typing import Any, TypeVar
 import numpy as np
 import pyarrow as pa
 
-from tally_pipeline import projection
 from tally_pipeline.bench.common import peak_rss_mb, timer
 from tally_pipeline.runtime import Runtime
+from tally_pipeline.services import projection
 from tally_pipeline.store.base import StoreUnavailable
 from tally_pipeline.store.postgres.resource_key import same_resource
 
@@ -307,7 +307,7 @@ def growth(rt: Runtime, *, sizes: Sequence[int], events_per_resource: int = 10, 
             if extra >= events_per_resource:
                 run_id = uuid.uuid4().hex[:6]
                 _retried(lambda: _load(rt, extra, extra // events_per_resource, run_id,  # noqa: B023
-                                       first_chunk=_chunks_loaded(rt, run_id)), retries)
+                                       first_chunk=_chunks_loaded(rt, run_id)), retries)  # noqa: B023
                 runs.append((run_id, extra // events_per_resource))
             step_seed = seed + 100 * step + len(retries)  # a retried step's late events get fresh ids
             steps.append({"events": size, **_retried(

@@ -18,8 +18,8 @@ import pyarrow as pa
 from tally_pipeline.adapters.base import Enumerated, ListedResource
 from tally_pipeline.bench.common import peak_rss_mb, timer
 from tally_pipeline.core import reconcile as rules
+from tally_pipeline.services.reconciliation import projected_resources
 from tally_pipeline.store import open_store
-from tally_pipeline.sync import projected_resources
 
 _FLAVORS = [
     {"disk_gb": 20, "flavor_name": "m1.small", "ram_mb": 2048, "vcpus": 1},

@@ -18,9 +18,10 @@ from pathlib import Path
 import httpx
 
 from tally_pipeline.bench.common import free_port
+from tally_pipeline.core.errors import TallyError
 
 
-class ServeError(RuntimeError):
+class ServeError(TallyError, RuntimeError):
     pass
 
 

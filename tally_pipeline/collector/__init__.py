@@ -9,9 +9,14 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from tally_pipeline.collector.buffer import BufferStatus, buffer_status
-    from tally_pipeline.collector.client import Collector, DrainReport, SendResult
-    from tally_pipeline.collector.errors import BufferFull, CollectorAuthError, CollectorError
+    from tally_pipeline.collector.buffer import BufferStatus as BufferStatus
+    from tally_pipeline.collector.buffer import buffer_status as buffer_status
+    from tally_pipeline.collector.client import Collector as Collector
+    from tally_pipeline.collector.client import DrainReport as DrainReport
+    from tally_pipeline.collector.client import SendResult as SendResult
+    from tally_pipeline.collector.errors import BufferFull as BufferFull
+    from tally_pipeline.collector.errors import CollectorAuthError as CollectorAuthError
+    from tally_pipeline.collector.errors import CollectorError as CollectorError
 
 _EXPORTS = {
     "Collector": "tally_pipeline.collector.client",

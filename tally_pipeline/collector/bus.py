@@ -27,10 +27,10 @@ The wire format is oslo.messaging's all the same: its notifiers publish, this re
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import random
-import socket
 import threading
 import time
 from collections import Counter
@@ -242,7 +242,7 @@ class BusConsumer:
             wait = MAX_READ_WAIT if not self._pending else min(MAX_READ_WAIT, max(0.001, self._flush_due - now))
             try:
                 conn.drain_events(timeout=wait)
-            except (TimeoutError, socket.timeout):
+            except TimeoutError:
                 pass
             now = time.monotonic()
             if self._pending and (len(self._pending) >= s.batch_size or now >= self._flush_due):
@@ -256,7 +256,7 @@ class BusConsumer:
         # Stopping: no new deliveries; what was read is buffered and acknowledged if the buffer takes
         # it, else left unacknowledged for the broker to deliver again.
         for tag in consumer_tags:
-            _quietly(lambda tag=tag: channel.basic_cancel(tag))
+            _quietly(functools.partial(channel.basic_cancel, tag))
         if self._pending:
             self._flush(channel, final=True)
 

@@ -535,9 +535,9 @@ class Collector:
             log.exception("could not record the sender's state")
 
 
-def _pack(items: Sequence[BufferedItem], budget: int) -> list[list[BufferedItem]]:
+def _pack(items: Sequence[BufferedItem], budget: int) -> list[Sequence[BufferedItem]]:
     """Greedy packing into parts whose joined bodies fit ``budget`` bytes."""
-    parts: list[list[BufferedItem]] = []
+    parts: list[Sequence[BufferedItem]] = []
     current: list[BufferedItem] = []
     used = 0
     for item in items:

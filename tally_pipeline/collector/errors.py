@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+from tally_pipeline.core.errors import TallyError
 
-class CollectorError(RuntimeError):
+
+class CollectorError(TallyError, RuntimeError):
     """Base class for collector errors."""
 
 

@@ -10,8 +10,10 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
+from tally_pipeline.core.errors import TallyError
 
-class Invalid(ValueError):
+
+class Invalid(TallyError, ValueError):
     """A mapped event type whose payload lacks what the mapping needs."""
 
 

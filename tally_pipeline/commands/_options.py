@@ -46,13 +46,3 @@ def with_runtime(command: Callable[..., Any]) -> Callable[..., Any]:
             rt.close()
 
     return wrapper
-
-
-def group_of(parent: click.Group, name: str, help_text: str) -> click.Group:
-    """The sub-group ``name`` of ``parent``, created by whichever area registers first."""
-    existing = parent.commands.get(name)
-    if isinstance(existing, click.Group):
-        return existing
-    group = click.Group(name, help=help_text)
-    parent.add_command(group)
-    return group

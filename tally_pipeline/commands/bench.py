@@ -6,13 +6,8 @@ import json
 
 import click
 
-from tally_pipeline.commands._options import group_of, with_runtime
+from tally_pipeline.commands._options import with_runtime
 from tally_pipeline.runtime import Runtime
-
-
-def bench_group(main: click.Group) -> click.Group:
-    """The ``bench`` group, created by whichever area registers first."""
-    return group_of(main, "bench", "Benchmarks: each prints its measurements as JSON.")
 
 
 @click.command("ingest")
@@ -94,9 +89,3 @@ def bench_reconcile(sizes: tuple[int, ...], database: str) -> None:
     from tally_pipeline.bench import reconcile
 
     click.echo(json.dumps(reconcile.run(sizes=sorted(sizes), database=database), indent=2))
-
-
-def register(main: click.Group) -> None:
-    group = bench_group(main)
-    for command in (bench_ingest, bench_projection, bench_accuracy, bench_reconcile):
-        group.add_command(command)

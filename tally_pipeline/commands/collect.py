@@ -8,8 +8,6 @@ from typing import Any
 
 import click
 
-from tally_pipeline.commands._options import group_of
-
 TOKEN_ENV = "TALLY_COLLECTOR_TOKEN"
 PASSWORD_ENV = "TALLY_COLLECTOR_TRANSPORT_PASSWORD"
 
@@ -59,9 +57,11 @@ def volume_type_names(clouds: dict[str, Any], cloud: str) -> Any:
 
     def read() -> dict[str, str] | None:
         from tally_pipeline.adapters import adapter_for
+        from tally_pipeline.adapters.openstack import OpenStackAdapter
 
         try:
             adapter = adapter_for(cloud, entry)
+            assert isinstance(adapter, OpenStackAdapter)  # the entry's provider, checked above
             try:
                 return adapter.volume_type_names()
             finally:
@@ -207,9 +207,3 @@ def bench_collect(messages: int, database: str, transport_url: str, batch_size: 
         for bar in bars.values():
             bar.close()
     click.echo(json.dumps(report, indent=2))
-
-
-def register(main: click.Group) -> None:
-    group_of(main, "collect", "Collectors: read a cloud's own event stream into the ingest API.").add_command(
-        collect_openstack)
-    group_of(main, "bench", "Benchmarks: each prints its measurements as JSON.").add_command(bench_collect)

@@ -62,121 +62,124 @@ def _rejected_entry(r: Any) -> dict[str, Any]:
     return entry
 
 
-def register(main: click.Group) -> None:
-    @main.group()
-    def collector() -> None:
-        """The collector client's on-disk buffer."""
+@click.group()
+def collector() -> None:
+    """The collector client's on-disk buffer."""
 
-    @collector.command("status")
-    @BUFFER_DIR
-    @AS_JSON
-    def status(buffer_dir: Path, as_json: bool) -> None:
-        """Buffered events, the oldest one's age, the rejected log and the last send attempt."""
-        from tally_pipeline.collector.buffer import buffer_status
-        from tally_pipeline.core.timeutil import format_rfc3339
 
-        s = buffer_status(_existing(buffer_dir))
-        if as_json:
-            click.echo(json.dumps(s.as_json(), indent=2))
-            return
-        lines = [
-            ("buffer", s.path),
-            ("buffered", f"{s.buffered} events ({_size(s.buffered_bytes)}), {s.claimed} in a request in flight"),
-        ]
-        if s.oldest_enqueued_at is not None and s.oldest_age is not None:
-            from datetime import UTC, datetime
+@collector.command("status")
+@BUFFER_DIR
+@AS_JSON
+def status(buffer_dir: Path, as_json: bool) -> None:
+    """Buffered events, the oldest one's age, the rejected log and the last send attempt."""
+    from tally_pipeline.collector.buffer import buffer_status
+    from tally_pipeline.core.timeutil import format_rfc3339
 
-            when = format_rfc3339(datetime.fromtimestamp(s.oldest_enqueued_at, UTC))
-            lines.append(("oldest", f"{_age(s.oldest_age)} old (enqueued {when}), most attempts {s.max_attempts}"))
-        reasons = ", ".join(f"{reason} {n}" for reason, n in s.top_reasons)
-        lines.append(("rejected", f"{s.rejected}" + (f" ({reasons})" if reasons else "")))
-        sender = s.sender
-        if "last_attempt_at" in sender:
-            status_code = sender.get("last_http_status")
-            lines.append(("last attempt", f"{sender['last_attempt_at']}: {sender.get('last_outcome', '?')}"
-                          + (f" (HTTP {status_code})" if status_code else "")))
-        if "last_success_at" in sender:
-            lines.append(("last success", sender["last_success_at"]))
-        if "last_error" in sender:
-            lines.append(("last error", f"{sender.get('last_error_at', '?')}: {sender['last_error']}"))
-        failures = sender.get("consecutive_failures")
-        if failures and failures != "0":
-            lines.append(("failing", f"{failures} failed attempts in a row"))
-        width = max(len(k) for k, _ in lines)
-        for key, value in lines:
-            click.echo(f"{key.ljust(width)}  {value}")
+    s = buffer_status(_existing(buffer_dir))
+    if as_json:
+        click.echo(json.dumps(s.as_json(), indent=2))
+        return
+    lines = [
+        ("buffer", s.path),
+        ("buffered", f"{s.buffered} events ({_size(s.buffered_bytes)}), {s.claimed} in a request in flight"),
+    ]
+    if s.oldest_enqueued_at is not None and s.oldest_age is not None:
+        from datetime import UTC, datetime
 
-    @collector.command("drain")
-    @BUFFER_DIR
-    @click.option("--url", required=True, envvar="TALLY_COLLECTOR_URL", help="The ingest API's base URL.")
-    @click.option("--token", envvar="TALLY_COLLECTOR_TOKEN", help="Bearer token (default: $TALLY_COLLECTOR_TOKEN).")
-    @click.option("--retry-for", type=float, default=0.0, show_default=True,
-                  help="Keep retrying with backoff for this many seconds while the API is unavailable.")
-    @click.option("--batch-size", type=click.IntRange(1, 1000), default=1000, show_default=True)
-    @click.option("--timeout", type=float, default=30.0, show_default=True, help="HTTP timeout per request (s).")
-    @AS_JSON
-    def drain(buffer_dir: Path, url: str, token: str | None, retry_for: float, batch_size: int,
-              timeout: float, as_json: bool) -> None:
-        """Send everything buffered now; exit 1 if anything is left."""
-        from tally_pipeline.collector import Collector, CollectorAuthError
+        when = format_rfc3339(datetime.fromtimestamp(s.oldest_enqueued_at, UTC))
+        lines.append(("oldest", f"{_age(s.oldest_age)} old (enqueued {when}), most attempts {s.max_attempts}"))
+    reasons = ", ".join(f"{reason} {n}" for reason, n in s.top_reasons)
+    lines.append(("rejected", f"{s.rejected}" + (f" ({reasons})" if reasons else "")))
+    sender = s.sender
+    if "last_attempt_at" in sender:
+        status_code = sender.get("last_http_status")
+        lines.append(("last attempt", f"{sender['last_attempt_at']}: {sender.get('last_outcome', '?')}"
+                      + (f" (HTTP {status_code})" if status_code else "")))
+    if "last_success_at" in sender:
+        lines.append(("last success", sender["last_success_at"]))
+    if "last_error" in sender:
+        lines.append(("last error", f"{sender.get('last_error_at', '?')}: {sender['last_error']}"))
+    failures = sender.get("consecutive_failures")
+    if failures and failures != "0":
+        lines.append(("failing", f"{failures} failed attempts in a row"))
+    width = max(len(k) for k, _ in lines)
+    for key, value in lines:
+        click.echo(f"{key.ljust(width)}  {value}")
 
-        _existing(buffer_dir)
-        with Collector(url, token, buffer_dir, batch_size=batch_size, timeout=timeout) as c:
-            try:
-                report = c.drain(retry_for=retry_for)
-            except CollectorAuthError as exc:
-                raise click.ClickException(str(exc)) from None
-        summary: dict[str, Any] = {
-            "requests": report.requests, "stored": report.stored, "duplicates": report.duplicates,
-            "conflicts": report.conflicts, "rejected": report.rejected,
-            "rejected_locally": report.rejected_locally, "remaining": report.remaining,
-            "outcome": report.outcome, "error": report.error if report.remaining else None,
-        }
-        if as_json:
-            click.echo(json.dumps(summary, indent=2))
-        else:
-            click.echo(
-                f"sent in {report.requests} requests: {report.stored} stored, {report.duplicates} duplicates, "
-                f"{report.rejected + report.rejected_locally} rejected; {report.remaining} remain buffered"
-            )
-        if report.remaining:
-            raise click.ClickException(f"{report.remaining} events remain buffered: {report.error or report.outcome}")
 
-    @collector.command("rejected")
-    @BUFFER_DIR
-    @click.option("--reason", help="Only this reason code.")
-    @click.option("--limit", type=click.IntRange(1), default=20, show_default=True)
-    @AS_JSON
-    def rejected(buffer_dir: Path, reason: str | None, limit: int, as_json: bool) -> None:
-        """The local rejected log, newest first: events the API or the collector refused, and bus messages
-        that are no event (origin ``bus``, kept as received)."""
-        from tally_pipeline.collector.buffer import DiskBuffer
+@collector.command("drain")
+@BUFFER_DIR
+@click.option("--url", required=True, envvar="TALLY_COLLECTOR_URL", help="The ingest API's base URL.")
+@click.option("--token", envvar="TALLY_COLLECTOR_TOKEN", help="Bearer token (default: $TALLY_COLLECTOR_TOKEN).")
+@click.option("--retry-for", type=float, default=0.0, show_default=True,
+              help="Keep retrying with backoff for this many seconds while the API is unavailable.")
+@click.option("--batch-size", type=click.IntRange(1, 1000), default=1000, show_default=True)
+@click.option("--timeout", type=float, default=30.0, show_default=True, help="HTTP timeout per request (s).")
+@AS_JSON
+def drain(buffer_dir: Path, url: str, token: str | None, retry_for: float, batch_size: int,
+          timeout: float, as_json: bool) -> None:
+    """Send everything buffered now; exit 1 if anything is left."""
+    from tally_pipeline.collector import Collector, CollectorAuthError
 
-        buf = DiskBuffer(_existing(buffer_dir))
+    _existing(buffer_dir)
+    with Collector(url, token, buffer_dir, batch_size=batch_size, timeout=timeout) as c:
         try:
-            items = buf.rejected(reason=reason, limit=limit)
-        finally:
-            buf.close()
-        if as_json:
-            click.echo(json.dumps([_rejected_entry(r) for r in items], indent=2))
-            return
-        for r in items:
-            click.echo(f"{r.event_id}\t{r.reason}\t{r.origin}\t{r.message or ''}")
-
-    @collector.command("requeue")
-    @BUFFER_DIR
-    @click.option("--reason", help="Only rejections with this reason code (default: all).")
-    def requeue(buffer_dir: Path, reason: str | None) -> None:
-        """Move rejected events back into the buffer, e.g. after the API learned a new resource type
-        (bus messages stay: they are no event)."""
-        from tally_pipeline.collector.buffer import DiskBuffer
-        from tally_pipeline.collector.errors import BufferFull
-
-        buf = DiskBuffer(_existing(buffer_dir))
-        try:
-            moved = buf.requeue_rejected(reason=reason, now=time.time())
-        except BufferFull as exc:
+            report = c.drain(retry_for=retry_for)
+        except CollectorAuthError as exc:
             raise click.ClickException(str(exc)) from None
-        finally:
-            buf.close()
-        click.echo(f"requeued {moved} events")
+    summary: dict[str, Any] = {
+        "requests": report.requests, "stored": report.stored, "duplicates": report.duplicates,
+        "conflicts": report.conflicts, "rejected": report.rejected,
+        "rejected_locally": report.rejected_locally, "remaining": report.remaining,
+        "outcome": report.outcome, "error": report.error if report.remaining else None,
+    }
+    if as_json:
+        click.echo(json.dumps(summary, indent=2))
+    else:
+        click.echo(
+            f"sent in {report.requests} requests: {report.stored} stored, {report.duplicates} duplicates, "
+            f"{report.rejected + report.rejected_locally} rejected; {report.remaining} remain buffered"
+        )
+    if report.remaining:
+        raise click.ClickException(f"{report.remaining} events remain buffered: {report.error or report.outcome}")
+
+
+@collector.command("rejected")
+@BUFFER_DIR
+@click.option("--reason", help="Only this reason code.")
+@click.option("--limit", type=click.IntRange(1), default=20, show_default=True)
+@AS_JSON
+def rejected(buffer_dir: Path, reason: str | None, limit: int, as_json: bool) -> None:
+    """The local rejected log, newest first: events the API or the collector refused, and bus messages
+    that are no event (origin ``bus``, kept as received)."""
+    from tally_pipeline.collector.buffer import DiskBuffer
+
+    buf = DiskBuffer(_existing(buffer_dir))
+    try:
+        items = buf.rejected(reason=reason, limit=limit)
+    finally:
+        buf.close()
+    if as_json:
+        click.echo(json.dumps([_rejected_entry(r) for r in items], indent=2))
+        return
+    for r in items:
+        click.echo(f"{r.event_id}\t{r.reason}\t{r.origin}\t{r.message or ''}")
+
+
+@collector.command("requeue")
+@BUFFER_DIR
+@click.option("--reason", help="Only rejections with this reason code (default: all).")
+def requeue(buffer_dir: Path, reason: str | None) -> None:
+    """Move rejected events back into the buffer, e.g. after the API learned a new resource type
+    (bus messages stay: they are no event)."""
+    from tally_pipeline.collector.buffer import DiskBuffer
+    from tally_pipeline.collector.errors import BufferFull
+
+    buf = DiskBuffer(_existing(buffer_dir))
+    try:
+        moved = buf.requeue_rejected(reason=reason, now=time.time())
+    except BufferFull as exc:
+        raise click.ClickException(str(exc)) from None
+    finally:
+        buf.close()
+    click.echo(f"requeued {moved} events")

@@ -7,9 +7,9 @@ from datetime import UTC, datetime
 
 import click
 
-from tally_pipeline.commands._options import group_of, with_runtime
-from tally_pipeline.dead_letter import purge_dead_letter
+from tally_pipeline.commands._options import with_runtime
 from tally_pipeline.runtime import Runtime
+from tally_pipeline.services.dead_letter import purge_dead_letter
 
 
 @click.command("purge")
@@ -21,7 +21,3 @@ def purge(rt: Runtime, retention_days: int | None) -> None:
     days = retention_days or rt.config.dead_letter.retention_days
     result = purge_dead_letter(rt.store, days, datetime.now(UTC))
     click.echo(json.dumps({"retention_days": days, **result.as_json()}))
-
-
-def register(main: click.Group) -> None:
-    group_of(main, "dead-letter", "The dead letter (rejected_events).").add_command(purge)

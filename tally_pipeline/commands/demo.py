@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import logging
 from pathlib import Path
@@ -27,6 +28,9 @@ def demo(clouds: int, hours: float, loss: float, duplicates: float, seed: int, d
     ledger converging to the ground truth."""
     from tqdm import tqdm
 
+    if importlib.util.find_spec("matplotlib") is None:  # checked first: the demo runs a minute before it draws
+        raise click.ClickException('the demo draws its report with matplotlib, which the core install leaves out: '
+                                   'pip install -e ".[demo]"')
     from tally_pipeline.demo import DemoSettings, report, run_demo
     from tally_pipeline.demo_report import picture, text
 
@@ -41,7 +45,3 @@ def demo(clouds: int, hours: float, loss: float, duplicates: float, seed: int, d
     figures = report(run)
     picture(run, Path(figures["picture"]))
     click.echo(json.dumps(figures, indent=2) if as_json else text(figures))
-
-
-def register(main: click.Group) -> None:
-    main.add_command(demo)

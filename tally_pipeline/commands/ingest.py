@@ -9,8 +9,8 @@ import click
 from tqdm import tqdm
 
 from tally_pipeline.commands._options import with_runtime
-from tally_pipeline.landing import ingest_file
 from tally_pipeline.runtime import Runtime
+from tally_pipeline.services.landing import FileSummary, ingest_file
 
 
 @click.command("ingest")
@@ -20,7 +20,7 @@ from tally_pipeline.runtime import Runtime
 @with_runtime
 def ingest(rt: Runtime, files: tuple[Path, ...], as_json: bool, quiet: bool) -> None:
     """Ingest landing files (JSON lines or {"events": [...]}, gzip too) in batches of 1000."""
-    summaries = []
+    summaries: list[FileSummary] = []
     with rt.store.session():  # one process owns the embedded file for the whole command
         _ingest_files(rt, files, as_json, quiet, summaries)
     if as_json:
@@ -49,7 +49,3 @@ def _ingest_files(rt: Runtime, files: tuple[Path, ...], as_json: bool, quiet: bo
             click.echo(line + (f" ({reasons})" if reasons else ""))
             if summary.error:
                 click.echo(f"{path}: stopped: {summary.error}", err=True)
-
-
-def register(main: click.Group) -> None:
-    main.add_command(ingest)

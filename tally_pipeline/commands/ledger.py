@@ -8,7 +8,7 @@ from typing import Any
 
 import click
 
-from tally_pipeline.commands._options import group_of, with_runtime
+from tally_pipeline.commands._options import with_runtime
 from tally_pipeline.core.timeutil import TimestampError, format_rfc3339, parse_rfc3339
 from tally_pipeline.redaction import redact
 from tally_pipeline.runtime import Runtime
@@ -57,7 +57,7 @@ def _fold_first(rt: Runtime, doing: str) -> dict[str, Any]:
     CronJob) after ``tally ingest`` would post nothing and exit 0. A fold that fails stops the command
     before it reads anything: it never posts or verifies from a stale projection.
     """
-    from tally_pipeline.projection import refresh
+    from tally_pipeline.services.projection import refresh
 
     try:
         result = refresh(rt.store)
@@ -85,7 +85,7 @@ def post_usage_command(
     posted), or when an entity was skipped or posted without some of its intervals; exit 2 when --now
     lies in the future.
     """
-    from tally_pipeline.ledger.poster import DEFAULT_BATCH_SIZE, post_usage
+    from tally_pipeline.services.ledger.poster import DEFAULT_BATCH_SIZE, post_usage
 
     wall = datetime.now(UTC)
     if now is not None and now > wall + FUTURE_TOLERANCE:
@@ -117,7 +117,7 @@ def verify_command(rt: Runtime, ledger_only: bool) -> None:
 
     Pending events are folded first (the report's ``folded``); exit 1 when that fails (nothing is verified).
     """
-    from tally_pipeline.ledger.verify import verify
+    from tally_pipeline.services.ledger.verify import verify
 
     folded = _fold_first(rt, "verified")
     report = verify(rt.store, rt.registry, include_history=not ledger_only)
@@ -134,13 +134,14 @@ def verify_command(rt: Runtime, ledger_only: bool) -> None:
 @with_runtime
 def daily_command(rt: Runtime, day: date | None, first: date | None, last: date | None, through: datetime | None) -> None:
     """Recompute usage_daily for a day or a range of days (delete them, insert them again)."""
-    from tally_pipeline.ledger.daily import recompute_usage_daily
+    from tally_pipeline.services.ledger.daily import recompute_usage_daily
 
     if day is not None and (first is not None or last is not None):
         raise click.UsageError("give --day, or --from and --to, not both")
     if day is None and (first is None or last is None):
         raise click.UsageError("give --day D, or --from D1 --to D2")
     start, end = (day, day) if day is not None else (first, last)
+    assert start is not None and end is not None  # the usage errors above
     try:
         result = recompute_usage_daily(rt.store, rt.registry, start, end, through=through)
     except ValueError as exc:
@@ -160,8 +161,8 @@ def bench_post_command(
     rt: Runtime, entities: int, naive_sample: int | None, batch_size: int | None, workers: int | None, keep: bool
 ) -> None:
     """Time one posting cycle over N entities, set-based and naive, in a throw-away schema; print JSON."""
-    from tally_pipeline.ledger.bench import bench_post
-    from tally_pipeline.ledger.poster import DEFAULT_BATCH_SIZE
+    from tally_pipeline.bench.post import bench_post
+    from tally_pipeline.services.ledger.poster import DEFAULT_BATCH_SIZE
 
     figures = bench_post(
         rt.config.database,
@@ -172,12 +173,3 @@ def bench_post_command(
         keep=keep,
     )
     _echo(figures)
-
-
-def register(main: click.Group) -> None:
-    main.add_command(post_usage_command)
-    from tally_pipeline.commands.bench import bench_group
-
-    group_of(main, "ledger", "The usage ledger: postings and checkpoints.").add_command(verify_command)
-    group_of(main, "usage", "Usage computed from the lifecycles.").add_command(daily_command)
-    bench_group(main).add_command(bench_post_command)

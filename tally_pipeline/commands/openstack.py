@@ -7,8 +7,11 @@ import json
 
 import click
 
-from tally_pipeline.commands._options import group_of, with_runtime
-from tally_pipeline.runtime import Runtime, UnknownCloud
+from tally_pipeline.commands._options import with_runtime
+from tally_pipeline.core.platform import INSUFFICIENT_SCOPE
+from tally_pipeline.core.type_summary import summaries_from_json
+from tally_pipeline.runtime import Runtime
+from tally_pipeline.services.errors import UnknownCloud
 
 
 @click.command("check")
@@ -26,7 +29,7 @@ def check(rt: Runtime, cloud: str, sample: int, as_json: bool) -> None:
     run was not clean (failed, partial, or the mass-delete guard held deletes)."""
     from tally_pipeline.adapters.openstack import OpenStackAdapter
     from tally_pipeline.adapters.openstack_check import check as check_cloud
-    from tally_pipeline.sync import sync_runs
+    from tally_pipeline.services.reconciliation import sync_runs
 
     try:
         adapter = rt.adapter(cloud)
@@ -38,15 +41,15 @@ def check(rt: Runtime, cloud: str, sample: int, as_json: bool) -> None:
     result = check_cloud(adapter, sample=sample)
     latest = next(iter(sync_runs(rt.store, cloud=cloud, limit=1)), None)
     blocked = result.error is not None or any(not t.deletes_allowed for t in result.types)
+    types = summaries_from_json(latest["per_type"]) if latest is not None else {}
     unclean = latest is not None and (latest["status"] in ("failed", "partial") or any(
-        t.get("guard_tripped") for t in (latest["per_type"] or {}).values()))
+        t.guard_tripped for t in types.values()))
     if as_json:
         body = result.as_json()
         body["latest_run"] = None if latest is None else {
             "run_id": latest["run_id"], "status": latest["status"], "error": latest["error"],
-            "guard_tripped": sorted(t for t, o in (latest["per_type"] or {}).items() if o.get("guard_tripped")),
-            "insufficient_scope": sorted(t for t, o in (latest["per_type"] or {}).items()
-                                         if o.get("code") == "insufficient_scope")}
+            "guard_tripped": sorted(t for t, o in types.items() if o.guard_tripped),
+            "insufficient_scope": sorted(t for t, o in types.items() if o.code == INSUFFICIENT_SCOPE)}
         click.echo(json.dumps(body, indent=2, default=str))
     else:
         _print(result, latest)
@@ -79,11 +82,7 @@ def _print(result, latest) -> None:
         click.echo("  latest run: none yet")
         return
     click.echo(f"  latest run: {latest['status']}" + (f": {latest['error']}" if latest["error"] else ""))
-    for rtype, o in sorted((latest["per_type"] or {}).items()):
-        if o.get("guard_tripped"):
-            click.echo(f"    {rtype}: mass-delete guard held {o['deferred_by_reason'].get('mass_delete_guard', 0)} "
+    for rtype, o in sorted(summaries_from_json(latest["per_type"]).items()):
+        if o.guard_tripped:
+            click.echo(f"    {rtype}: mass-delete guard held {o.deferred_by_reason.get('mass_delete_guard', 0)} "
                        "deletes")
-
-
-def register(main: click.Group) -> None:
-    group_of(main, "openstack", "OpenStack clouds: credentials and scope.").add_command(check)

@@ -145,11 +145,5 @@ def bench_openstack(servers: tuple[int, ...], page_size: int, drift: float) -> N
     click.echo(json.dumps(run(list(servers), page_size=page_size, drift=drift), indent=2))
 
 
-def register(main: click.Group) -> None:
-    from tally_pipeline.commands.bench import bench_group
-
-    bench_group(main).add_command(bench_openstack)
-
-
 if __name__ == "__main__" and len(sys.argv) == 3 and sys.argv[1] == CHILD_FLAG:
     print(json.dumps(_child(json.loads(sys.argv[2]))))

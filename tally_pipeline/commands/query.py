@@ -10,10 +10,10 @@ from typing import Any
 
 import click
 
-from tally_pipeline import projection, queries
 from tally_pipeline.commands._options import with_runtime
 from tally_pipeline.core.timeutil import TimestampError, format_rfc3339, parse_rfc3339
 from tally_pipeline.runtime import Runtime
+from tally_pipeline.services import projection, queries
 
 
 def _plain(value: Any) -> Any:
@@ -119,9 +119,3 @@ def refresh(rt: Runtime) -> None:
 def rebuild(rt: Runtime) -> None:
     """Re-fold every resource from its full history (gives the same tables as incremental refreshes)."""
     click.echo(json.dumps(projection.rebuild(rt.store).as_json()))
-
-
-def register(main: click.Group) -> None:
-    main.add_command(history)
-    main.add_command(inventory)
-    main.add_command(projection_group)

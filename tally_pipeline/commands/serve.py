@@ -31,7 +31,6 @@ def serve(rt: Runtime, host: str | None, port: int | None, tokens_file: Path | N
     import uvicorn
 
     from tally_pipeline.api.metrics import MULTIPROC_ENV
-
     from tally_pipeline.api.server import ENV_CONFIG, ENV_DATABASE, ENV_TOKENS, uvicorn_options
     from tally_pipeline.redaction import redact
 
@@ -67,7 +66,3 @@ def serve(rt: Runtime, host: str | None, port: int | None, tokens_file: Path | N
     finally:
         if own_dir is not None:
             shutil.rmtree(own_dir, ignore_errors=True)
-
-
-def register(main: click.Group) -> None:
-    main.add_command(serve)

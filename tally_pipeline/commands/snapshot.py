@@ -7,9 +7,9 @@ from pathlib import Path
 
 import click
 
-from tally_pipeline import projection
 from tally_pipeline.commands._options import with_runtime
 from tally_pipeline.runtime import Runtime
+from tally_pipeline.services import projection
 
 
 @click.command("snapshot")
@@ -25,7 +25,3 @@ def snapshot(rt: Runtime, directory: Path | None) -> None:
         taken = write_snapshot(rt.store, directory)
     click.echo(json.dumps({"directory": str(taken.directory), "written_at": taken.written_at.isoformat(),
                            "rows": taken.rows}, indent=2))
-
-
-def register(main: click.Group) -> None:
-    main.add_command(snapshot)

@@ -6,8 +6,6 @@ import json
 
 import click
 
-from tally_pipeline.commands.bench import bench_group
-
 
 @click.command("soak")
 @click.option("--seconds", type=click.FloatRange(min=1, max=24 * 3600), default=60, show_default=True,
@@ -44,7 +42,3 @@ def bench_soak(seconds: float, clients: int, database: str | None, batch_size: i
     if not report["ok"]:
         failed = ", ".join(name for name, ok in report["checks"].items() if not ok)
         raise click.ClickException(f"soak checks failed: {failed}")
-
-
-def register(main: click.Group) -> None:
-    bench_group(main).add_command(bench_soak)

@@ -8,7 +8,8 @@ import click
 
 from tally_pipeline.commands._options import with_runtime
 from tally_pipeline.core.timeutil import TimestampError, format_rfc3339, parse_rfc3339
-from tally_pipeline.runtime import Runtime, UnknownCloud
+from tally_pipeline.runtime import Runtime
+from tally_pipeline.services.errors import UnknownCloud
 
 
 def _default(value):
@@ -24,7 +25,7 @@ def _default(value):
 @with_runtime
 def sync(rt: Runtime, cloud: str, run_key: str | None, at: str | None, as_json: bool) -> None:
     """Reconcile CLOUD against its platform: list, diff, write sync.* events, record the run."""
-    from tally_pipeline.sync import SyncInProgress
+    from tally_pipeline.services.reconciliation import SyncInProgress
 
     try:
         now = parse_rfc3339(at) if at else None
@@ -46,10 +47,10 @@ def sync(rt: Runtime, cloud: str, run_key: str | None, at: str | None, as_json: 
             f"skipped {run.skipped}; {drift}"
         )
         for rtype, outcome in run.per_type.items():
-            state = f"{outcome['listed']} listed" if outcome["status"] == "enumerated" else f"FAILED: {outcome['reason']}"
-            skipped = sum(outcome["skipped"].values())
-            click.echo(f"  {rtype:14} {state}, {outcome['corrections']} corrections, {outcome['deferred']} deferred"
-                       + (f", {skipped} skipped" if skipped else "") + (", guard tripped" if outcome["guard_tripped"] else ""))
+            state = f"{outcome.listed} listed" if outcome.status == "enumerated" else f"FAILED: {outcome.reason}"
+            skipped = outcome.skipped_total
+            click.echo(f"  {rtype:14} {state}, {outcome.corrections} corrections, {outcome.deferred} deferred"
+                       + (f", {skipped} skipped" if skipped else "") + (", guard tripped" if outcome.guard_tripped else ""))
     if run.status == "failed":
         raise SystemExit(1)
 
@@ -60,7 +61,7 @@ def sync(rt: Runtime, cloud: str, run_key: str | None, at: str | None, as_json: 
 @with_runtime
 def sync_runs(rt: Runtime, cloud: str | None, limit: int) -> None:
     """The latest reconciliation runs, newest first, as JSON."""
-    from tally_pipeline.sync import sync_runs as latest
+    from tally_pipeline.services.reconciliation import sync_runs as latest
 
     click.echo(json.dumps(latest(rt.store, cloud=cloud, limit=limit), indent=2, default=_default))
 
@@ -87,7 +88,7 @@ def sync_remote(rt: Runtime, api_url: str, clouds: tuple[str, ...], token: str |
     """
     import time
 
-    from tally_pipeline.sync_client import SyncClient
+    from tally_pipeline.services.reconciliation_remote import SyncClient
 
     names = list(clouds) or sorted(rt.config.clouds)
     if not names:
@@ -106,9 +107,3 @@ def sync_remote(rt: Runtime, api_url: str, clouds: tuple[str, ...], token: str |
                    + (f"; {outcome['error']}" if outcome["error"] else ""))
     if any(run.failed for run in runs):
         raise SystemExit(1)
-
-
-def register(main: click.Group) -> None:
-    main.add_command(sync)
-    main.add_command(sync_runs)
-    main.add_command(sync_remote)

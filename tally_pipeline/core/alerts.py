@@ -11,7 +11,6 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
-
 #: Where every cloud that is not known (configured, or named in ``alerts.clouds``) is counted: what a
 #: writer puts in ``cloud`` is unbounded, and one series or alert candidate per value would be too.
 OTHER_CLOUD = "other"

@@ -30,10 +30,12 @@ same state and intervals as folding the whole history again.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Literal
+
+import orjson
 
 from tally_pipeline.core.verbs import VERB_RANK
 
@@ -175,3 +177,31 @@ def fold(events: Iterable[FoldEvent], start: FoldStart | None = None) -> Folded:
         state = dataclasses.replace(state, last_seq=max(state.last_seq, start.state.last_seq),
                                     event_count=state.event_count + start.state.event_count)
     return Folded(state, tuple(intervals))
+
+
+#: (cloud, resource_type, resource_id)
+ResourceKey = tuple[str, str, str]
+
+
+def fold_rows_by_resource(rows: Iterable[tuple[Any, ...]]) -> Iterator[tuple[ResourceKey, list[FoldEvent]]]:
+    """Fold rows ``(cloud, type, id, event_id, verb, occurred_at, project_id, size, seq, status)``, grouped by key.
+
+    The rows come from the store (the projection's pending events, a history read for the ledger);
+    sizes arrive as JSON text or decoded."""
+    key: ResourceKey | None = None
+    batch: list[FoldEvent] = []
+    decoded: dict[str, Any] = {}  # sizes repeat (flavors): decode each text once; the fold never mutates them
+    for cloud, rtype, rid, event_id, verb, occurred_at, project_id, size, seq, status in rows:
+        row_key = (cloud, rtype, rid)
+        if row_key != key:
+            if key is not None:
+                yield key, batch
+            key, batch = row_key, []
+        if isinstance(size, str):
+            text = size
+            size = decoded.get(text)
+            if size is None:
+                size = decoded[text] = orjson.loads(text)
+        batch.append(FoldEvent(event_id, verb, occurred_at, project_id, size, seq, status))
+    if key is not None:
+        yield key, batch

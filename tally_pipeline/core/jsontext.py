@@ -26,8 +26,10 @@ from typing import Any
 
 import orjson
 
+from tally_pipeline.core.errors import TallyError
 
-class BadJson(ValueError):
+
+class BadJson(TallyError, ValueError):
     """A text that is not JSON."""
 
 

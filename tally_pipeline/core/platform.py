@@ -10,6 +10,8 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Literal
 
+from tally_pipeline.core.errors import TallyError
+
 
 @dataclass(frozen=True, slots=True)
 class ListedResource:
@@ -46,7 +48,7 @@ class SkippedResource:
     detail: str
 
 
-class SkipItem(ValueError):
+class SkipItem(TallyError, ValueError):
     """Raised by a record mapper: this one item is unreadable, the rest of its type lists on."""
 
     def __init__(self, resource_type: str, resource_id: str, reason: str, detail: str):

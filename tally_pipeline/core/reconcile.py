@@ -172,21 +172,13 @@ def plan(
     """
     result = Plan()
     polls = poll_times or {}
-    # Per type, by id: no tuple keys to build for a million rows.
-    by_type: dict[str, dict[str, ProjectedResource]] = {}
-    live_by_type: dict[str, dict[str, ProjectedResource]] = {}
-    for p in projected:
-        by_type.setdefault(p.resource_type, {})[p.resource_id] = p
-        if p.status == "live":
-            live_by_type.setdefault(p.resource_type, {})[p.resource_id] = p
+    by_type, live_by_type = _index(projected)
     gone: dict[tuple[str, str], DeletedResource] = {}
     if deleted is not None and deleted.available:
         gone = {(d.resource_type, d.resource_id): d for d in deleted.items}
-
     for listing in listings:
         rtype = listing.resource_type
         poll = polls.get(rtype, now)
-        settle_from = poll - settings.settle_window
         live = live_by_type.get(rtype, {})
         outcome = TypeOutcome(status=listing.status, live_before=len(live), poll_time=poll)
         result.types[rtype] = outcome
@@ -198,54 +190,10 @@ def plan(
         if narrowed is not None:
             outcome.status, outcome.code, outcome.reason = "failed", INSUFFICIENT_SCOPE, narrowed
             continue
-        known = by_type.get(rtype, {})
-        # Listed live resources are taken out of ``unseen`` as the listing goes by; what is left at
-        # the end is missing from the listing, still in projection order.
-        unseen = dict(live)
-        for skip in listing.skipped:  # present, though unreadable: never a delete by absence
-            unseen.pop(skip.resource_id, None)
-            outcome.skipped[skip.reason] = outcome.skipped.get(skip.reason, 0) + 1
-        for item in listing.items:
-            p = unseen.pop(item.resource_id, None)
-            if item.unknown:
-                _unknown(item, p, result, outcome)
-                continue
-            if (p is not None and p.size == item.size and p.project_id == item.project_id
-                    and (rtype not in STATUS_TYPES or p.platform_status == shown_status(item))):
-                continue  # in sync: the common case, kept free of calls
-            if p is None:
-                p = known.get(item.resource_id)  # not live in the projection, or not known at all
-            _diff_listed(item, p, settle_from, settings, poll, result, outcome)
-        confirmed: list[Correction] = []  # by the deleted listing, which dates them
-        missing: list[Correction] = []  # to be confirmed by asking for each one
-        for p in unseen.values():
-            if p.last_event_at > settle_from:
-                _defer(result, outcome, "delete", p.resource_type, p.resource_id, "settle_window",
-                       f"missing from listing, but the projection heard of it at {p.last_event_at.isoformat()}",
-                       p.last_event_at + settings.settle_window)
-                continue
-            real = gone.get((rtype, p.resource_id))
-            if real is not None and real.deleted_at > settle_from:
-                _defer(result, outcome, "delete", rtype, p.resource_id, "settle_window",
-                       f"deleted at {real.deleted_at.isoformat()} per the platform, inside the settle window",
-                       real.deleted_at + settings.settle_window)
-            elif real is not None:
-                confirmed.append(Correction("delete", rtype, p.resource_id, min(real.deleted_at, poll), None, None,
-                                            "missing from listing; deleted per the platform"))
-            else:
-                missing.append(Correction("delete", rtype, p.resource_id, poll, None, None, "missing from listing"))
-        deletes = len(confirmed) + len(missing)
-        if held is None:
-            guard_on = settings.mass_delete_guard < 1.0 and len(live) >= MASS_DELETE_MIN_LIVE
-            if guard_on and deletes and deletes / len(live) > settings.mass_delete_guard:
-                outcome.guard_tripped = True
-                outcome.guard_detail = (f"{deletes} of {len(live)} live {rtype} resources missing from one "
-                                        f"listing (guard {settings.mass_delete_guard:.0%})")
-        elif rtype in held:
-            outcome.guard_tripped = True
-            outcome.guard_detail = held[rtype]
-        if outcome.guard_tripped:  # held before any confirmation is asked for
-            for c in (*confirmed, *missing):
+        unseen = _diff_listed_items(listing, live, by_type.get(rtype, {}), poll, settings, result, outcome)
+        confirmed, missing = _absent(unseen, rtype, gone, poll, settings, result, outcome)
+        if _guard_holds(len(confirmed) + len(missing), len(live), rtype, settings, held, outcome):
+            for c in (*confirmed, *missing):  # held before any confirmation is asked for
                 _defer(result, outcome, "delete", rtype, c.resource_id, "mass_delete_guard",
                        outcome.guard_detail or "", None)
             continue
@@ -255,6 +203,86 @@ def plan(
 
     _recover(gone.values(), by_type, polls, now, settings, result)
     return result
+
+
+def _index(projected: Iterable[ProjectedResource]
+           ) -> tuple[dict[str, dict[str, ProjectedResource]], dict[str, dict[str, ProjectedResource]]]:
+    """Every projected resource, and the live ones, per type and id (no tuple keys for a million rows)."""
+    by_type: dict[str, dict[str, ProjectedResource]] = {}
+    live_by_type: dict[str, dict[str, ProjectedResource]] = {}
+    for row in projected:
+        by_type.setdefault(row.resource_type, {})[row.resource_id] = row
+        if row.status == "live":
+            live_by_type.setdefault(row.resource_type, {})[row.resource_id] = row
+    return by_type, live_by_type
+
+
+def _diff_listed_items(listing: Enumerated, live: Mapping[str, ProjectedResource],
+                       known: Mapping[str, ProjectedResource], poll: datetime, settings: Settings,
+                       result: Plan, outcome: TypeOutcome) -> dict[str, ProjectedResource]:
+    """The first pass: each listed item against the projection. Returns the live resources the
+    listing did not show (taken out as the listing goes by), still in projection order."""
+    settle_from = poll - settings.settle_window
+    unseen = dict(live)
+    for skip in listing.skipped:  # present, though unreadable: never a delete by absence
+        unseen.pop(skip.resource_id, None)
+        outcome.skipped[skip.reason] = outcome.skipped.get(skip.reason, 0) + 1
+    for item in listing.items:
+        p = unseen.pop(item.resource_id, None)
+        if item.unknown:
+            _unknown(item, p, result, outcome)
+            continue
+        if (p is not None and p.size == item.size and p.project_id == item.project_id
+                and (listing.resource_type not in STATUS_TYPES or p.platform_status == shown_status(item))):
+            continue  # in sync: the common case, kept free of calls
+        if p is None:
+            p = known.get(item.resource_id)  # not live in the projection, or not known at all
+        _diff_listed(item, p, settle_from, settings, poll, result, outcome)
+    return unseen
+
+
+def _absent(unseen: Mapping[str, ProjectedResource], rtype: str, gone: Mapping[tuple[str, str], DeletedResource],
+            poll: datetime, settings: Settings, result: Plan, outcome: TypeOutcome
+            ) -> tuple[list[Correction], list[Correction]]:
+    """The second pass: live resources missing from the listing. Returns the deletes the deleted
+    listing confirms (and dates), and those still to be confirmed by asking for each one; recent
+    ones wait out the settle window."""
+    settle_from = poll - settings.settle_window
+    confirmed: list[Correction] = []
+    missing: list[Correction] = []
+    for p in unseen.values():
+        if p.last_event_at > settle_from:
+            _defer(result, outcome, "delete", p.resource_type, p.resource_id, "settle_window",
+                   f"missing from listing, but the projection heard of it at {p.last_event_at.isoformat()}",
+                   p.last_event_at + settings.settle_window)
+            continue
+        real = gone.get((rtype, p.resource_id))
+        if real is not None and real.deleted_at > settle_from:
+            _defer(result, outcome, "delete", rtype, p.resource_id, "settle_window",
+                   f"deleted at {real.deleted_at.isoformat()} per the platform, inside the settle window",
+                   real.deleted_at + settings.settle_window)
+        elif real is not None:
+            confirmed.append(Correction("delete", rtype, p.resource_id, min(real.deleted_at, poll), None, None,
+                                        "missing from listing; deleted per the platform"))
+        else:
+            missing.append(Correction("delete", rtype, p.resource_id, poll, None, None, "missing from listing"))
+    return confirmed, missing
+
+
+def _guard_holds(deletes: int, live: int, rtype: str, settings: Settings, held: Mapping[str, str] | None,
+                 outcome: TypeOutcome) -> bool:
+    """The third pass: whether the mass-delete guard holds this type's deletes (decided here when
+    ``held`` is None, else as the run decided it earlier)."""
+    if held is None:
+        guard_on = settings.mass_delete_guard < 1.0 and live >= MASS_DELETE_MIN_LIVE
+        if guard_on and deletes and deletes / live > settings.mass_delete_guard:
+            outcome.guard_tripped = True
+            outcome.guard_detail = (f"{deletes} of {live} live {rtype} resources missing from one "
+                                    f"listing (guard {settings.mass_delete_guard:.0%})")
+    elif rtype in held:
+        outcome.guard_tripped = True
+        outcome.guard_detail = held[rtype]
+    return outcome.guard_tripped
 
 
 def _narrowed(listing: Enumerated, live: Mapping[str, ProjectedResource]) -> str | None:

@@ -13,17 +13,19 @@ field stays a float and the schema refuses it. What is stored is what the meters
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Annotated, Any, Callable
+from typing import Annotated, Any
 
 import fastjsonschema
 import jsonschema
 import orjson
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, ValidationError
 
+from tally_pipeline.core.errors import TallyError
 
-class RegistryError(ValueError):
+
+class RegistryError(TallyError, ValueError):
     """A type definition that cannot be used (bad JSON Schema, bad meter)."""
 
 
@@ -121,10 +123,8 @@ class ResourceType:
         if error is None:  # the two engines disagree; report the fast engine's verdict plainly
             return "size does not match the schema"
         where = ".".join(str(p) for p in error.absolute_path)
-        if not where and error.validator == "required":
-            return error.message
-        if not where and error.validator == "additionalProperties":
-            return error.message
+        if not where and error.validator in ("required", "additionalProperties"):
+            return str(error.message)
         return f"{where or 'size'}: {error.message}"
 
 

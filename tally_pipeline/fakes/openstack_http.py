@@ -447,7 +447,7 @@ class Handler(BaseHTTPRequestHandler):
         self._context["resource_type"] = None  # not a listing of resources
         names = sorted({str(r.size["volume_type"]) for r in fake.view.records(fake.cloud, "volume", fake.now())
                         if r.size.get("volume_type")})
-        types = [{"id": render.volume_type_id(name), "name": name, "description": None, "is_public": True,
+        types: list[dict[str, Any]] = [{"id": render.volume_type_id(name), "name": name, "description": None, "is_public": True,
                   "os-volume-type-access:is_public": True, "extra_specs": {}} for name in names]
         raise _Reply(200, {"volume_types": types})
 

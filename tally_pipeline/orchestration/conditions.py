@@ -9,7 +9,8 @@ FOLLOWS_EVENTS = dg.AutomationCondition.eager().replace("newly_missing", dg.Auto
 
 # The event log only records what the ingest core wrote: a day of raw_event_batches that was never
 # materialized (no landing files that day, or any day before the data began) must not hold it back.
-EVENT_LOG = FOLLOWS_EVENTS.without(~dg.AutomationCondition.any_deps_missing())
+# (eager() is typed as a builtin condition but is an AND of conditions, which has ``without``.)
+EVENT_LOG = FOLLOWS_EVENTS.without(~dg.AutomationCondition.any_deps_missing())  # type: ignore[attr-defined]
 
 # The ingest tables (event_log, cloud_activity, dead_letter) are recorded by whoever writes them — a
 # landing run, the api_writes sensor, a sync — so automation only fills in one that was never

@@ -15,7 +15,7 @@ import dagster as dg
 
 from tally_pipeline.config import ConfigError
 from tally_pipeline.redaction import redact
-from tally_pipeline.runtime import UnknownCloud
+from tally_pipeline.services.errors import UnknownCloud
 from tally_pipeline.store.errors import StoreError
 
 

@@ -15,8 +15,8 @@ from urllib.parse import urlsplit
 
 from tally_pipeline.config import DagsterSettings
 from tally_pipeline.orchestration.tags import CLOUD, RUN_KEY, SYNC_RUN_ID
+from tally_pipeline.services.reconciliation_launch import run_key_of
 from tally_pipeline.store.sync_requests import Executor, SyncRequest
-from tally_pipeline.sync_launch import run_key_of
 
 #: Dagster's own tag naming the partition a run of a partitioned job materializes.
 PARTITION_TAG = "dagster/partition"

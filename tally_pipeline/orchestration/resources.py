@@ -17,20 +17,39 @@ from typing import Any, Protocol
 import dagster as dg
 from pydantic import Field, PrivateAttr
 
-from tally_pipeline import alerts, projection
 from tally_pipeline.config import CONFIG_ENV, TallyConfig
 from tally_pipeline.core.alerts import Condition
-from tally_pipeline.dead_letter import PurgeResult, purge_dead_letter
-from tally_pipeline.landing import FileSummary, ingest_file
 from tally_pipeline.orchestration.location import DATABASE_ENV, env_setting
 from tally_pipeline.orchestration.runtimes import runtime_for
 from tally_pipeline.runtime import Runtime
+from tally_pipeline.services import alerts, projection
+from tally_pipeline.services.dead_letter import PurgeResult, purge_dead_letter
+from tally_pipeline.services.landing import FileSummary, ingest_file
 from tally_pipeline.store import asset_reads
 from tally_pipeline.store.base import RejectedEntry
 
 
-class TallyDatabase(dg.ConfigurableResource):
-    """A tally database and the operations the assets run on it. A step (or a sensor tick) holds it
+class StoreReads(Protocol):
+    """The read model the assets' metadata, the checks and the sensors use: counts and states, no writes.
+    ``TallyStore`` provides it; a test may pass anything with these methods."""
+
+    def event_count(self) -> int: ...
+    def rejected_count(self) -> int: ...
+    def newest_rejected(self, limit: int) -> list[RejectedEntry]: ...
+    def rejected_by_reason(self) -> list[tuple[str, int]]: ...
+    def cloud_activity(self) -> list[tuple[str, int, int, datetime | None]]: ...
+    def resource_statuses(self) -> dict[str, int]: ...
+    def interval_counts(self) -> tuple[int, int]: ...
+    def projection_watermark(self) -> int: ...
+    def live_by_cloud_and_type(self) -> list[tuple[str, str, int]]: ...
+    def clouds_ever_synced(self) -> set[str]: ...
+    def alert_conditions(self, now: datetime) -> dict[str, Condition]: ...
+    @property
+    def config(self) -> TallyConfig: ...
+
+
+class TallyStore(dg.ConfigurableResource):
+    """The tally database (events, dead letter, projections, reconciliation runs, usage) and the operations the assets run on it. A step (or a sensor tick) holds it
     open throughout: an embedded DuckDB file stays open for the step (other processes wait for it)
     instead of being reopened by every statement group."""
 
@@ -75,18 +94,15 @@ class TallyDatabase(dg.ConfigurableResource):
     def sync(self, cloud: str, adapter: Any, *, now: datetime, run_key: str, run_id: str | None = None) -> Any:
         """One reconciliation run of ``cloud`` against its platform ``adapter``, with the configured settings
         (``run_id``: a run the API reserved and asked Dagster to execute)."""
-        from tally_pipeline.sync import run_sync
-
         from tally_pipeline.store.sync_runs import run_row
 
         rt = self._rt()
         if run_id is not None and (run_row(rt.store, run_id) or {}).get("status") != "running":
             run_id = None  # a re-execution of a finished run (its tags copied): a sync of its own, not a rewrite
-        return run_sync(rt.store, rt.ingestor, cloud, adapter, **rt.config.reconciliation.run_options(), now=now,
-                        run_key=run_key, run_id=run_id)
+        return rt.sync(cloud, now=now, run_key=run_key, run_id=run_id, adapter=adapter)
 
     def recompute_usage_daily(self, first: date, last: date, *, through: datetime) -> Any:
-        from tally_pipeline.ledger.daily import recompute_usage_daily
+        from tally_pipeline.services.ledger.daily import recompute_usage_daily
 
         rt = self._rt()
         return recompute_usage_daily(rt.store, rt.registry, first, last, through=through)
@@ -154,11 +170,7 @@ class TallyDatabase(dg.ConfigurableResource):
         return asset_reads.usage_totals_by_day(self._rt().store, first, last)
 
 
-class TallyStore(TallyDatabase):
-    """The tally database: events, dead letter, projections, reconciliation runs, usage."""
-
-
-class Ledger(TallyDatabase):
+class Ledger(TallyStore):
     """Where usage is posted: the ledger tables (by default in the tally database itself)."""
 
     ledger_database: str | None = Field(default=None, description="a separate ledger database URL, if any")
@@ -167,14 +179,14 @@ class Ledger(TallyDatabase):
         return runtime_for(self.config_path, self.ledger_database or self.database)
 
     def post(self, now: datetime) -> Any:
-        from tally_pipeline.ledger.poster import post_usage
+        from tally_pipeline.services.ledger.poster import post_usage
 
         rt = self._rt()
         settings = rt.config.ledger
         return post_usage(rt.store, rt.registry, now=now, ingest_lag=settings.ingest_lag, window_days=settings.window_days)
 
     def verify(self) -> Any:
-        from tally_pipeline.ledger.verify import verify
+        from tally_pipeline.services.ledger.verify import verify
 
         rt = self._rt()
         return verify(rt.store, rt.registry)

@@ -8,10 +8,10 @@ from typing import Any
 
 import dagster as dg
 
-from tally_pipeline.orchestration.resources import TallyDatabase
+from tally_pipeline.orchestration.resources import TallyStore
 
 
-def write_analyst_snapshot(context: dg.AssetExecutionContext, db: TallyDatabase) -> dict[str, Any]:
+def write_analyst_snapshot(context: dg.AssetExecutionContext, db: TallyStore) -> dict[str, Any]:
     """Write the snapshot when the store is DuckDB and snapshots are on; its folder as asset metadata."""
     taken = db.write_analyst_snapshot()
     if taken is None:

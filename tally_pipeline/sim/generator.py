@@ -234,7 +234,7 @@ def _versions(d: _Draft, resource_type: str) -> list[tuple[int, int | None, dict
         out[i][1] = out[i + 1][0]
     if d.death is not None and out:
         out[-1][1] = d.death
-    return [tuple(v) for v in out]  # type: ignore[misc]
+    return [tuple(v) for v in out]
 
 
 _BUILDERS = {

@@ -38,7 +38,8 @@ class SimulatedPlatform:
             cloud: (sorted(items, key=lambda lc: (lc.deleted_at, lc.resource_id)))
             for cloud, items in deleted.items()
         }
-        self._deleted_times = {cloud: [lc.deleted_at for lc in items] for cloud, items in self._deleted.items()}
+        self._deleted_times = {cloud: [lc.deleted_at for lc in items if lc.deleted_at is not None]
+                               for cloud, items in self._deleted.items()}
 
     # -- faults ----------------------------------------------------------------------------------
 

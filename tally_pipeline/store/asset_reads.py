@@ -18,7 +18,7 @@ from tally_pipeline.store.sync_runs import LATEST_FINISHED
 
 def cloud_activity(store: Store) -> list[tuple[str, int, int, datetime | None]]:
     """Per cloud: collector events, reconciliation events, last collector event."""
-    return [tuple(r) for r in store.query(  # type: ignore[misc]
+    return [tuple(r) for r in store.query(
         "SELECT cloud, collector_events, reconciliation_events, last_collector_event FROM cloud_activity ORDER BY cloud"
     )]
 

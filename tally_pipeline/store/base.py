@@ -18,13 +18,13 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 from tally_pipeline.core.envelope import EventRecord
-from tally_pipeline.store.errors import (  # noqa: F401 - the public names stay importable from here
-    StoreBusy,
-    StoreError,
-    StoreUnavailable,
-    TransactionFailed,
-    TransientConflict,
-)
+
+# The error types stay importable from here (re-exported: the store's vocabulary).
+from tally_pipeline.store.errors import StoreBusy as StoreBusy
+from tally_pipeline.store.errors import StoreError as StoreError
+from tally_pipeline.store.errors import StoreUnavailable as StoreUnavailable
+from tally_pipeline.store.errors import TransactionFailed as TransactionFailed
+from tally_pipeline.store.errors import TransientConflict as TransientConflict
 
 if TYPE_CHECKING:
     from tally_pipeline.store.projection_tables import ProjectionTables
@@ -279,7 +279,8 @@ class Store(abc.ABC):
 
         Each raw item is cut to RAW_PREFIX_CHARS in the database, so a page never loads whole items.
         """
-        clauses, params = [], []
+        clauses: list[str] = []
+        params: list[object] = []
         for column, value in (("cloud", cloud), ("reason", reason)):
             if value is not None:
                 clauses.append(f"{column} = %s")

@@ -49,7 +49,8 @@ def column_descriptions() -> dict[str, dict[str, str]]:
     (docs/data-dictionary.md's "Every column" section is generated from it)."""
     import yaml
 
-    return yaml.safe_load((Path(__file__).with_name("columns.yaml")).read_text(encoding="utf-8"))
+    loaded: dict[str, dict[str, str]] = yaml.safe_load(Path(__file__).with_name("columns.yaml").read_text(encoding="utf-8"))
+    return loaded
 
 
 @cache

@@ -10,8 +10,10 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 
+from tally_pipeline.core.errors import TallyError
 
-class StoreError(RuntimeError):
+
+class StoreError(TallyError, RuntimeError):
     """Base class of the store's own errors."""
 
 

@@ -1,4 +1,4 @@
-"""The reads a posting batch makes to date late usage exactly (``tally_pipeline.ledger.late``).
+"""The reads a posting batch makes to date late usage exactly (``tally_pipeline.services.ledger.late``).
 
 A batch pins the projection: it reads the watermark its totals correspond to, and on Postgres holds
 the projection lock shared until it commits, so no refresh can change the intervals between the
@@ -12,19 +12,18 @@ from collections.abc import Iterator, Sequence
 from datetime import datetime
 from typing import Any
 
+from tally_pipeline.store.base import UnitOfWork
 from tally_pipeline.store.projection_tables import Key
+from tally_pipeline.store.usage_sql import UsageSQL
 
 
-def pin_watermark(uow: Any, dialect: str) -> int:
+def pin_watermark(uow: UnitOfWork, sql: UsageSQL) -> int:
     """The projection watermark this transaction's reads of the projection correspond to."""
-    if dialect == "postgres":
-        from tally_pipeline.store.postgres.locks import PROJECTION_LOCK
-
-        uow.execute("SELECT pg_advisory_xact_lock_shared(%s)", (PROJECTION_LOCK,))
+    sql.pin_projection(uow)
     return int(uow.fetchall("SELECT watermark FROM projection_state WHERE name = 'resources'")[0][0])
 
 
-def late_resources(uow: Any, since: int, upto: int, before: datetime) -> list[Key]:
+def late_resources(uow: UnitOfWork, since: int, upto: int, before: datetime) -> list[Key]:
     """Resources that received, with ``since < seq <= upto``, an event dated before ``before``.
 
     Bounded by the seq range (an index on Postgres, row-group pruning on DuckDB, whose log is in seq
@@ -38,15 +37,6 @@ def late_resources(uow: Any, since: int, upto: int, before: datetime) -> list[Ke
     return [(cloud, rtype, rid) for cloud, rtype, rid in rows]
 
 
-def histories(uow: Any, dialect: str, keys: Sequence[Key]) -> Iterator[tuple]:
+def histories(uow: UnitOfWork, sql: UsageSQL, keys: Sequence[Key]) -> Iterator[tuple[Any, ...]]:
     """The resources' whole histories as fold rows, grouped by resource (the projection's own read)."""
-    if dialect == "postgres":
-        from tally_pipeline.store.postgres.projection import PostgresProjectionTables
-
-        yield from PostgresProjectionTables(uow, 0).histories(keys)
-    else:
-        from tally_pipeline.store.duckdb.projection import DuckDBProjectionTables
-
-        tables = DuckDBProjectionTables(uow)
-        tables.learn_keys(keys)
-        yield from tables.histories(keys)
+    return sql.histories(uow, keys)

@@ -1,6 +1,6 @@
 """The projection's reads and writes, one implementation per backend (``duckdb.projection``, ``postgres.projection``).
 
-``tally_pipeline.projection`` decides what to fold and folds it; these classes are the only code that
+``tally_pipeline.services.projection`` decides what to fold and folds it; these classes are the only code that
 reads events for the fold and writes ``current_resources``, ``resource_intervals`` and the
 watermark. Each works inside one unit of work. Every read here is bounded by what changed — by
 ``seq`` above the watermark, or by the keys of the resources touched — except the SQL fold, which
@@ -27,7 +27,7 @@ INTERVAL_COLUMNS = ("cloud", "resource_type", "resource_id", "interval_no", "lif
 # status), ``size`` as JSON text or already decoded, ``status`` the payload's (NULL when none or empty).
 
 
-def full_interval_rows(rows: Iterable[tuple]) -> list[tuple]:
+def full_interval_rows(rows: Iterable[tuple[Any, ...]]) -> list[tuple[Any, ...]]:
     """Interval rows as ``INTERVAL_COLUMNS`` wants them: a row given without its trailing
     ``platform_status`` (a benchmark's seed, written before statuses existed) gets none."""
     width = len(INTERVAL_COLUMNS)
@@ -64,16 +64,16 @@ class ProjectionTables(Protocol):
     def pending_count(self, watermark: int, high: int) -> int:
         """How many events wait to be folded."""
 
-    def pending_rows(self, watermark: int, high: int) -> Iterator[tuple]:
+    def pending_rows(self, watermark: int, high: int) -> Iterator[tuple[Any, ...]]:
         """The pending events as fold rows, grouped by key."""
 
     def stored(self, keys: Sequence[Key]) -> list[StoredFold]:
         """The stored fold of each of ``keys`` that has one."""
 
-    def histories(self, keys: Sequence[Key]) -> Iterator[tuple]:
+    def histories(self, keys: Sequence[Key]) -> Iterator[tuple[Any, ...]]:
         """Every event of ``keys`` as fold rows, grouped by key (through the resource index on Postgres)."""
 
-    def replace(self, cuts: Sequence[tuple[Key, int]], states: Iterable[tuple], intervals: Iterable[tuple]) -> None:
+    def replace(self, cuts: Sequence[tuple[Key, int]], states: Iterable[tuple[Any, ...]], intervals: Iterable[tuple[Any, ...]]) -> None:
         """For each (key, n): drop its state row and its intervals numbered n or more; then write the rows."""
 
     def fold_in_sql(self, watermark: int, high: int, *, full: bool) -> int:

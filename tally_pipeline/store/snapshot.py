@@ -42,6 +42,7 @@ def default_snapshot_dir(store: Store) -> Path:
     """``snapshot/`` beside the DuckDB file."""
     if not takes_snapshots(store):
         raise StoreError("Parquet snapshots are taken of an embedded DuckDB file; Postgres serves analysts directly")
+    assert isinstance(store, DuckDBStore)  # takes_snapshots said so
     return Path(store.path).resolve().parent / "snapshot"
 
 

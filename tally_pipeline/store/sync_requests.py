@@ -40,7 +40,7 @@ def claim(uow: UnitOfWork, cloud: str, key: str | None, run_id: str, at: datetim
     if got or key is None:
         return None
     earlier = uow.fetchall("SELECT run_id FROM sync_requests WHERE cloud = %s AND idempotency_key = %s", (cloud, key))
-    return earlier[0][0]
+    return str(earlier[0][0])
 
 
 def set_dagster_run(store: Store, run_id: str, dagster_run_id: str) -> None:

@@ -13,13 +13,16 @@ statement, and to DuckDB as registered Arrow tables: one statement either way, n
 from __future__ import annotations
 
 import abc
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from contextlib import ExitStack
 from dataclasses import dataclass
-from typing import Any, ClassVar, Literal
+from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 from tally_pipeline.core.registry import Meter
 from tally_pipeline.store.base import Dialect, UnitOfWork
+
+if TYPE_CHECKING:
+    from tally_pipeline.store.projection_tables import Key
 
 #: Column kinds a row set may hold. ``micro`` is exact micro-units as decimal digits: Python ints
 #: of any size, cheap to send (Decimal is not).
@@ -173,6 +176,13 @@ class UsageSQL(abc.ABC):
     def lock_rows(self) -> str:
         """Row locks on the checkpoints a statement reads (none by default)."""
         return ""
+
+    def pin_projection(self, uow: UnitOfWork) -> None:  # noqa: B027 - one process owns a DuckDB file
+        """Hold the projection still until this transaction ends (a refresh waits for it)."""
+
+    @abc.abstractmethod
+    def histories(self, uow: UnitOfWork, keys: Sequence[Key]) -> Iterator[tuple[Any, ...]]:
+        """The resources' whole histories as fold rows, grouped by resource (the projection's own read)."""
 
 
 def _lexicographic(names: Sequence[str], bound: Sequence[str], op: str) -> tuple[str, list[Any]]:

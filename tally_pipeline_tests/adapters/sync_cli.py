@@ -12,8 +12,8 @@ from click.testing import CliRunner
 from tally_pipeline.cli import main
 from tally_pipeline.core.timeutil import format_rfc3339
 from tally_pipeline.fakes.openstack import FakeOpenStack
-from tally_pipeline.ingest import Ingestor
 from tally_pipeline.schemas import default_registry
+from tally_pipeline.services.ingest import Ingestor
 from tally_pipeline.sim.platform import PlatformRecord
 from tally_pipeline.store import open_store
 

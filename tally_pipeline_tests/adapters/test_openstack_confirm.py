@@ -8,15 +8,15 @@ from datetime import timedelta
 
 import pytest
 
-from tally_pipeline import queries
 from tally_pipeline.adapters.openstack import OpenStackAdapter
-from tally_pipeline.ingest import Ingestor
 from tally_pipeline.schemas import default_registry
+from tally_pipeline.services import queries
+from tally_pipeline.services.ingest import Ingestor
+from tally_pipeline.services.reconciliation import run_sync, sync_runs
 from tally_pipeline.store import open_store
-from tally_pipeline.sync import run_sync, sync_runs
 from tally_pipeline_tests.adapters.openstack_cloud import NOW, SDK_NOISE, SMALL, T0, config, record, running_fake
 
-pytestmark = SDK_NOISE
+pytestmark = [*SDK_NOISE, pytest.mark.slow]
 CLOUD = "os"
 TICK = NOW - timedelta(minutes=30)  # the schedule's tick; the fake's clock (NOW) is when it answers
 
@@ -150,9 +150,9 @@ def test_unreadable_items_are_skipped_counted_and_never_deleted(store) -> None:
         fake.patch("fip-bare", drop=("created_at", "updated_at"))  # neutron without the timestamp extension
         run = sync(store, fake, "image", "floating_ip")
     assert run.status == "succeeded" and run.deleted == 0
-    assert run.per_type["image"]["skipped"] == {"no_project": 1}
-    assert run.per_type["floating_ip"]["skipped"] == {"no_created_at": 1}
-    assert (run.per_type["image"]["listed"], run.per_type["floating_ip"]["listed"], run.skipped) == (1, 1, 2)
+    assert run.per_type["image"].skipped == {"no_project": 1}
+    assert run.per_type["floating_ip"].skipped == {"no_created_at": 1}
+    assert (run.per_type["image"].listed, run.per_type["floating_ip"].listed, run.skipped) == (1, 1, 2)
     assert deleted_at(store, "image", "img-orphan") is None and deleted_at(store, "floating_ip", "fip-bare") is None
     assert sync_runs(store, cloud=CLOUD)[0]["skipped"] == 2
 

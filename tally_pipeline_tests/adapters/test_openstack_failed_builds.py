@@ -7,13 +7,23 @@ from __future__ import annotations
 
 from datetime import timedelta
 
-from tally_pipeline import queries
+import pytest
+
+from tally_pipeline.services import queries
 from tally_pipeline.store import open_store
-from tally_pipeline_tests.adapters.openstack_cloud import LARGE, NOW, SDK_NOISE, SMALL, T0, deleted_server, record, \
-    running_fake
+from tally_pipeline_tests.adapters.openstack_cloud import (
+    LARGE,
+    NOW,
+    SDK_NOISE,
+    SMALL,
+    T0,
+    deleted_server,
+    record,
+    running_fake,
+)
 from tally_pipeline_tests.adapters.sync_cli import known, query, tally_sync, write_config
 
-pytestmark = SDK_NOISE
+pytestmark = [*SDK_NOISE, pytest.mark.slow]
 CLOUD = "region-one"
 NO_LAUNCH = {"OS-SRV-USG:launched_at": None}
 

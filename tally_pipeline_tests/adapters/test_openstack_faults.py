@@ -40,6 +40,7 @@ def _reason_for(kind: str, service: str) -> str:
     }[kind]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("kind", ["error", "timeout", "malformed", "absent"])
 @pytest.mark.parametrize("resource_type", TYPES)
 def test_a_fault_fails_its_type_alone(resource_type: str, kind: str) -> None:

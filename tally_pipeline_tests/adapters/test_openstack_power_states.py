@@ -10,7 +10,9 @@ with its status, and the next run to find nothing left to correct.
 
 from __future__ import annotations
 
-from tally_pipeline import queries
+import pytest
+
+from tally_pipeline.services import queries
 from tally_pipeline.store import open_store
 from tally_pipeline_tests.adapters.openstack_cloud import NOW, SDK_NOISE, SMALL, T0, record, running_fake
 from tally_pipeline_tests.adapters.sync_cli import known, query, tally_sync, write_config
@@ -27,6 +29,7 @@ def statuses(database: str, rid: str) -> list[tuple]:
         store.close()
 
 
+@pytest.mark.slow
 def test_power_states_reach_the_history_and_converge(tmp_path, store_url) -> None:
     database = store_url
     open_store(database, migrate=True).close()

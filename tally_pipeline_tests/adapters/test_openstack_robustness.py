@@ -15,16 +15,16 @@ import psycopg
 import pytest
 
 from tally_pipeline.adapters.openstack import OpenStackAdapter
-from tally_pipeline.ingest import Ingestor
 from tally_pipeline.runtime import Runtime
 from tally_pipeline.schemas import default_registry
+from tally_pipeline.services.ingest import Ingestor
+from tally_pipeline.services.reconciliation import run_sync
 from tally_pipeline.store import open_store
-from tally_pipeline.sync import run_sync
 from tally_pipeline_tests.adapters.openstack_cloud import NOW, SDK_NOISE, SMALL, T0, config, record, running_fake
 from tally_pipeline_tests.adapters.sync_cli import known, query, tally_sync, write_config
 from tally_pipeline_tests.faults import migrate, wait_until
 
-pytestmark = SDK_NOISE
+pytestmark = [*SDK_NOISE, pytest.mark.slow]
 CLOUD = "region-one"
 VOL = {"gb": 1, "volume_type": None}
 
@@ -84,13 +84,13 @@ def test_a_run_stops_listing_at_its_time_bound(tmp_path) -> None:
         runtime.close()
     run = done["run"]
     for rtype in ("floating_ip", "load_balancer"):
-        assert (run.per_type[rtype]["status"], run.per_type[rtype]["code"]) == ("failed", "run_time_bound"), rtype
+        assert (run.per_type[rtype].status, run.per_type[rtype].code) == ("failed", "run_time_bound"), rtype
     assert load_balancer_requests == []  # not even asked
     assert query(database, "SELECT count(*) FROM events WHERE event_type = 'sync.delete'")[0][0] == 0  # fip-gone stays
-    if run.per_type["volume"]["status"] == "enumerated":  # listed inside the bound: reconciled
+    if run.per_type["volume"].status == "enumerated":  # listed inside the bound: reconciled
         assert (run.status, run.created) == ("partial", 2)
     else:
-        assert (run.status, run.per_type["volume"]["code"]) == ("failed", "run_time_bound")
+        assert (run.status, run.per_type["volume"].code) == ("failed", "run_time_bound")
 
 
 def test_a_listing_restarts_once_when_its_marker_vanished_and_nova_needs_none(tmp_path) -> None:
@@ -147,7 +147,7 @@ def test_a_renewed_lock_keeps_a_second_process_out_however_long_the_run(tmp_path
 
 
 def test_a_run_whose_lock_was_taken_over_writes_nothing(tmp_path) -> None:
-    from tally_pipeline.sync import LockLost
+    from tally_pipeline.services.reconciliation import LockLost
 
     store = open_store(f"duckdb://{tmp_path / 'tally.duckdb'}")
     errors: list[BaseException] = []

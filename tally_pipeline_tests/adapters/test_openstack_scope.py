@@ -9,15 +9,15 @@ import orjson
 import pytest
 from click.testing import CliRunner
 
-from tally_pipeline import alerts
 from tally_pipeline.api.metrics import exposition, store_families
 from tally_pipeline.cli import main
 from tally_pipeline.core.alerts import AlertSettings
+from tally_pipeline.services import alerts
 from tally_pipeline.store import open_store
 from tally_pipeline_tests.adapters.openstack_cloud import NOW, SDK_NOISE, SMALL, T0, record, running_fake
 from tally_pipeline_tests.adapters.sync_cli import known, query, tally_sync, write_config
 
-pytestmark = SDK_NOISE
+pytestmark = [*SDK_NOISE, pytest.mark.slow]
 CLOUD = "region-one"
 TYPES = ("instance", "volume", "floating_ip", "image", "load_balancer")
 

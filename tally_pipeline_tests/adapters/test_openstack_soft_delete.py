@@ -11,15 +11,17 @@ from __future__ import annotations
 from dataclasses import replace
 from datetime import timedelta
 
-from tally_pipeline import queries
+import pytest
+
 from tally_pipeline.adapters.openstack import OpenStackAdapter
-from tally_pipeline.ingest import Ingestor
 from tally_pipeline.schemas import default_registry
+from tally_pipeline.services import queries
+from tally_pipeline.services.ingest import Ingestor
+from tally_pipeline.services.reconciliation import run_sync
 from tally_pipeline.store import open_store
-from tally_pipeline.sync import run_sync
 from tally_pipeline_tests.adapters.openstack_cloud import NOW, SDK_NOISE, SMALL, T0, config, record, running_fake
 
-pytestmark = SDK_NOISE
+pytestmark = [*SDK_NOISE, pytest.mark.slow]
 CLOUD = "os"
 SOFT = NOW - timedelta(hours=5)
 RESTORE = NOW - timedelta(hours=2)

@@ -5,14 +5,16 @@ that never ran, are still deferred."""
 
 from __future__ import annotations
 
-from tally_pipeline import alerts, queries
+import pytest
+
 from tally_pipeline.api.metrics import exposition, store_families
 from tally_pipeline.core.alerts import AlertSettings
+from tally_pipeline.services import alerts, queries
 from tally_pipeline.store import open_store
-from tally_pipeline_tests.adapters.openstack_cloud import NOW, SDK_NOISE, SMALL, T0, record, running_fake
+from tally_pipeline_tests.adapters.openstack_cloud import NOW, SDK_NOISE, SMALL, record, running_fake
 from tally_pipeline_tests.adapters.sync_cli import tally_sync, write_config
 
-pytestmark = SDK_NOISE
+pytestmark = [*SDK_NOISE, pytest.mark.slow]
 CLOUD = "region-one"
 HOUR = 60  # minutes; NOW is T0 + 48 h
 VOL = {"gb": 40, "volume_type": "ssd"}

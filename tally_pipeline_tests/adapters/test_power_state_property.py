@@ -17,20 +17,21 @@ import dataclasses
 import uuid
 from datetime import timedelta
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tally_pipeline import projection
 from tally_pipeline.collector.openstack import map_notifications
 from tally_pipeline.core.usage import Interval as UsageInterval
 from tally_pipeline.core.usage import cumulative_usage_micro
-from tally_pipeline.ingest import Ingestor
-from tally_pipeline.ledger.usage import cumulative_usage
-from tally_pipeline.schemas import default_registry
-from tally_pipeline.sim.truth import GroundTruth, Interval, Lifecycle, Phase
-from tally_pipeline.store import open_store
 from tally_pipeline.fakes.openstack import FakeOpenStack
 from tally_pipeline.fakes.static_view import StaticView
+from tally_pipeline.schemas import default_registry
+from tally_pipeline.services import projection
+from tally_pipeline.services.ingest import Ingestor
+from tally_pipeline.services.ledger.usage import cumulative_usage
+from tally_pipeline.sim.truth import GroundTruth, Interval, Lifecycle, Phase
+from tally_pipeline.store import open_store
 from tally_pipeline_tests.adapters.openstack_cloud import SDK_NOISE, T0, record
 from tally_pipeline_tests.adapters.sync_cli import tally_sync, write_config
 from tally_pipeline_tests.collector.openstack_samples import versioned_sample
@@ -75,6 +76,7 @@ def truth_of(server: str, changes: list) -> GroundTruth:
     return GroundTruth([lifecycle], start=T0, end=bounds[-1][0] + timedelta(hours=1))
 
 
+@pytest.mark.slow
 @settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(steps=transitions())
 def test_usage_per_status_equals_the_ground_truth_through_either_path(tmp_path, steps) -> None:

@@ -12,7 +12,7 @@ from starlette.testclient import TestClient
 
 from tally_pipeline.api.app import ApiContext, create_app
 from tally_pipeline.api.auth import TokenBook
-from tally_pipeline.ingest import Ingestor
+from tally_pipeline.services.ingest import Ingestor
 from tally_pipeline_tests.events import event
 
 WRITER = "writer-token-0123456789"
@@ -134,6 +134,7 @@ def test_single_event_endpoint(client, store) -> None:
     assert {d.reason for d in dead_letter(store)} == {"invalid_timestamp", "invalid_json"}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     ("change", "reason"),
     [

@@ -8,7 +8,7 @@ import pytest
 from starlette.testclient import TestClient
 
 from tally_pipeline.api.app import ApiContext, create_app
-from tally_pipeline.ingest import Ingestor
+from tally_pipeline.services.ingest import Ingestor
 from tally_pipeline_tests.test_projection import T0, envelope
 
 

@@ -9,10 +9,11 @@ from collections import Counter
 from pathlib import Path
 
 import httpx
+import pytest
 
 from tally_pipeline.bench.serve_process import ServeProcess
 from tally_pipeline.schemas import default_registry
-from tally_pipeline.ingest import Ingestor
+from tally_pipeline.services.ingest import Ingestor
 from tally_pipeline.store import open_store
 from tally_pipeline_tests.collector_api import volume_event
 from tally_pipeline_tests.faults import TOKEN, migrate, tokens_file
@@ -33,6 +34,7 @@ def _post_loop(url: str, prefix: int, statuses: Counter[int], lock: threading.Lo
                 statuses[status] += 1
 
 
+@pytest.mark.slow
 def test_health_checks_beside_concurrent_posts_never_500(tmp_path: Path) -> None:
     url = migrate(f"duckdb://{tmp_path / 'tally.duckdb'}")
     statuses: Counter[int] = Counter()
@@ -65,6 +67,7 @@ def test_health_checks_beside_concurrent_posts_never_500(tmp_path: Path) -> None
         assert store.event_count() == POSTERS * POSTS_EACH * 5
 
 
+@pytest.mark.slow
 def test_two_store_objects_on_one_file_in_two_threads(tmp_path: Path) -> None:
     url = migrate(f"duckdb://{tmp_path / 'tally.duckdb'}")
     errors: list[BaseException] = []
@@ -100,6 +103,7 @@ def _ingest_directly(url: str, first: int, count: int, results) -> None:
         results.put(("error", repr(exc)))
 
 
+@pytest.mark.slow
 def test_two_processes_on_one_file_wait_for_each_other(tmp_path: Path) -> None:
     """The API and a second process writing the same file: each waits for the other's unit of work to
     end (a 503 ``store_unavailable`` naming the lock only after the wait budget): never a 500, no loss."""

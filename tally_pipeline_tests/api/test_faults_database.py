@@ -36,6 +36,7 @@ from tally_pipeline_tests.faults import (
     wait_for_blocked,
 )
 
+
 def post(base: str, batch: list[dict[str, Any]]) -> httpx.Response:
     return httpx.post(f"{base}/v1/events", json={"events": batch}, headers={"Authorization": f"Bearer {TOKEN}"},
                       timeout=60)

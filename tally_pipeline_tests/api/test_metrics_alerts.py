@@ -6,15 +6,18 @@ import re
 from datetime import UTC, datetime
 from pathlib import Path
 
+import pytest
 import yaml
 from starlette.testclient import TestClient
 
-from tally_pipeline.api.app import ApiContext, create_app
-from tally_pipeline.runtime import Runtime
 from tally_pipeline.adapters.simulated import SimulatedAdapter
+from tally_pipeline.api.app import ApiContext, create_app
 from tally_pipeline.fakes.static_view import StaticView
-from tally_pipeline.sync import run_sync
+from tally_pipeline.runtime import Runtime
+from tally_pipeline.services.reconciliation import run_sync
 from tally_pipeline_tests.events import event
+
+pytestmark = pytest.mark.slow  # a real process or a long property search per test
 
 ROOT = Path(__file__).resolve().parents[2]
 ALERTS = ("TallyCloudEventsSilent", "TallySyncErrors", "TallySyncStale", "TallyReconciliationDriftHigh",
@@ -34,7 +37,7 @@ def scrape(store_url: str, tmp_path: Path) -> str:
     run_sync(rt.store, rt.ingestor, "region-one", SimulatedAdapter(view, "region-one", resource_types=("volume", "instance")),
              settle_window=300, mass_delete_guard=0.5, now=datetime.now(UTC))
     # a posting cycle in another process: one server's size the meters cannot read
-    from tally_pipeline.ledger.poster import post_usage
+    from tally_pipeline.services.ledger.poster import post_usage
     from tally_pipeline_tests.ledger_data import DAY, T0, Row, insert, vm
 
     insert(rt.store, Row("p1", "vm-1", T0 - DAY, None, vm(vcpus="two")), Row("p1", "vm-2", T0 - DAY, None, vm()))

@@ -8,6 +8,7 @@ import re
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
+import pytest
 from starlette.testclient import TestClient
 
 from tally_pipeline.api.app import ApiContext, create_app
@@ -35,6 +36,7 @@ def _scrape_after(store_url: str, tmp_path: Path, clouds: int) -> str:
         rt.close()
 
 
+@pytest.mark.slow
 def test_stored_clouds_beyond_the_known_ones_fold_into_other(store_url, tmp_path) -> None:
     small = _scrape_after(store_url, tmp_path, 3)
     large = _scrape_after(store_url, tmp_path, 600)  # same database: 603 unknown clouds stored by now

@@ -29,6 +29,8 @@ from tally_pipeline_tests.api.openapi_spec import (
 from tally_pipeline_tests.api_setup import ALL, SIM_CLOUD, bearer, build_api, closed_port, token_for
 from tally_pipeline_tests.collector_api import volume_event
 
+pytestmark = pytest.mark.slow  # a real process or a long property search per test
+
 
 @pytest.fixture(name="store", scope="module")
 def module_wide_store(module_store: Store) -> Store:

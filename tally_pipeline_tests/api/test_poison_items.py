@@ -8,7 +8,7 @@ import pytest
 from starlette.testclient import TestClient
 
 from tally_pipeline.api.app import ApiContext, create_app
-from tally_pipeline.ingest import Ingestor
+from tally_pipeline.services.ingest import Ingestor
 from tally_pipeline_tests.events import event
 
 HUGE_INTEGER = "7" * 4301  # one digit past what Python converts

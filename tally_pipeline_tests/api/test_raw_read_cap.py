@@ -27,6 +27,7 @@ def _peak_kib(server: ServeProcess) -> int:
     raise AssertionError("no VmHWM")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("backend", ["duckdb", "postgres"])
 def test_raw_reads_are_capped_and_streamed(backend: str, tmp_path: Path, request: pytest.FixtureRequest) -> None:
     url = f"duckdb://{tmp_path / 'tally.duckdb'}" if backend == "duckdb" else request.getfixturevalue("pg_url")

@@ -11,6 +11,7 @@ import time
 from pathlib import Path
 
 import httpx
+import pytest
 
 from tally_pipeline.bench.serve_process import ServeProcess
 from tally_pipeline_tests.collector_api import volume_event
@@ -39,6 +40,7 @@ def _health_seconds(http: httpx.Client, url: str, n: int) -> list[float]:
     return out
 
 
+@pytest.mark.slow
 def test_heavy_bodies_do_not_stall_health_checks(pg_url: str, tmp_path: Path) -> None:
     body = _spaced_batch()
     with ServeProcess(migrate(pg_url), tokens_file=tokens_file(tmp_path), log_path=tmp_path / "serve.log") as server:

@@ -19,6 +19,8 @@ from tally_pipeline.bench.common import api_process
 from tally_pipeline.bench.serve_process import ServeProcess
 from tally_pipeline_tests.faults import TOKEN, migrate, tokens_file, wait_until
 
+pytestmark = pytest.mark.slow  # a real process or a long property search per test
+
 DEADLINE = 1.0  # header and body deadline of the servers under test, seconds
 MARGIN = 4.0  # how much later than its deadline a close may be seen on a loaded 2-core machine
 

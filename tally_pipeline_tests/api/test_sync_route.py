@@ -36,6 +36,8 @@ from tally_pipeline.sim.platform import PlatformRecord
 from tally_pipeline.store import open_store
 from tally_pipeline_tests.faults import migrate, wait_until
 
+pytestmark = pytest.mark.slow  # a real process or a long property search per test
+
 ADMIN = "sync-admin-token-0123456789"
 HEADERS = {"Authorization": f"Bearer {ADMIN}"}
 FINISHED = {"succeeded", "partial", "failed"}

@@ -119,6 +119,7 @@ POISON = [
 ]
 
 
+@pytest.mark.slow
 def test_samples_are_stored_as_mapped_poison_is_logged_and_ceilometer_keeps_its_copy(
         cloud: Cloud, api_files: tuple[str, Path, Path], tmp_path: Path) -> None:
     url, api_tokens, token = api_files
@@ -217,6 +218,7 @@ def test_killed_api_down_connections_cut_and_still_every_event_once(
     assert cloud.heard() == cloud.published == 3600
 
 
+@pytest.mark.slow
 def test_sigterm_with_the_api_down_exits_0_by_the_deadline_and_keeps_the_buffer(
         cloud: Cloud, api_files: tuple[str, Path, Path], tmp_path: Path) -> None:
     url, api_tokens, token = api_files
@@ -235,6 +237,7 @@ def test_sigterm_with_the_api_down_exits_0_by_the_deadline_and_keeps_the_buffer(
             assert again.stop() == 0
 
 
+@pytest.mark.slow
 def test_no_password_or_token_reaches_the_log(vhost: VHost, tmp_path: Path) -> None:
     token = tmp_path / "collector.token"
     token.write_text("token-that-stays-secret-123\n")

@@ -63,6 +63,7 @@ def volume_created() -> dict:
     return sample("cinder/volume.create.end.json")
 
 
+@pytest.mark.slow
 def test_one_queue_per_topic_bound_on_every_exchange_for_every_priority(vhost: VHost, tmp_path: Path) -> None:
     vhost.declare_exchanges()
     with consuming(settings(vhost), tmp_path) as (consumer, _, metrics):
@@ -73,6 +74,7 @@ def test_one_queue_per_topic_bound_on_every_exchange_for_every_priority(vhost: V
         assert metrics.exchange_bound.labels("octavia")._value.get() == 1
 
 
+@pytest.mark.slow
 def test_a_batch_is_acknowledged_only_once_the_buffer_has_it(vhost: VHost, tmp_path: Path) -> None:
     vhost.declare_exchanges()
     publishers = ServicePublishers(vhost.transport_url())
@@ -96,6 +98,7 @@ def test_a_batch_is_acknowledged_only_once_the_buffer_has_it(vhost: VHost, tmp_p
         publishers.close()
 
 
+@pytest.mark.slow
 def test_an_exchange_that_appears_later_is_bound_then(vhost: VHost, tmp_path: Path) -> None:
     vhost.declare_exchanges(("nova",))
     publishers = ServicePublishers(vhost.transport_url())
@@ -112,6 +115,7 @@ def test_an_exchange_that_appears_later_is_bound_then(vhost: VHost, tmp_path: Pa
         publishers.close()
 
 
+@pytest.mark.slow
 def test_the_documented_permissions_are_enough(vhost: VHost, tmp_path: Path) -> None:
     """docs/collector.md: configure and write on its own queues, read on them and on the service exchanges."""
     user, password = f"tally-collector-{uuid.uuid4().hex[:8]}", uuid.uuid4().hex
@@ -134,6 +138,7 @@ def test_the_documented_permissions_are_enough(vhost: VHost, tmp_path: Path) -> 
         rabbitmqctl("delete_user", user)
 
 
+@pytest.mark.slow
 def test_a_user_who_may_not_read_the_exchanges_binds_none_and_says_so(vhost: VHost, tmp_path: Path) -> None:
     user, password = f"tally-collector-{uuid.uuid4().hex[:8]}", uuid.uuid4().hex
     rabbitmqctl("add_user", user, password)
@@ -150,6 +155,7 @@ def test_a_user_who_may_not_read_the_exchanges_binds_none_and_says_so(vhost: VHo
         rabbitmqctl("delete_user", user)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("queue_type", ["quorum"])
 def test_quorum_queues(vhost: VHost, tmp_path: Path, queue_type: str) -> None:
     vhost.declare_exchanges()

@@ -13,8 +13,8 @@ from tally_pipeline.api.app import ApiContext, create_app
 from tally_pipeline.api.auth import Principal, TokenBook, digest
 from tally_pipeline.collector import Collector, CollectorAuthError
 from tally_pipeline.collector.backoff import Backoff
-from tally_pipeline.ingest import Ingestor
 from tally_pipeline.schemas import default_registry
+from tally_pipeline.services.ingest import Ingestor
 from tally_pipeline.store import Store
 from tally_pipeline_tests.collector_api import TOKEN, LoopbackServer, volume_event, wait_for_outcome
 

@@ -472,8 +472,8 @@ def test_the_docs_mapping_table_names_every_mapped_type() -> None:
 def test_a_retype_and_a_transfer_change_the_volume_at_their_messages(store, registry) -> None:
     """Created (ceilometer's sample), retyped at 12:00, given to another project at 13:00: three
     intervals, the type and the project changing exactly at the messages, not at the next poll."""
-    from tally_pipeline import projection, queries
-    from tally_pipeline.ingest import Ingestor
+    from tally_pipeline.services import projection, queries
+    from tally_pipeline.services.ingest import Ingestor
 
     names = {CEILO_VOLUME_TYPE: "lvm", "9b6e2d8c-5f1a-4e3b-8c7d-0a1b2c3d4e5f": "ssd"}
     messages = [sample("cinder/volume.create.end.json"), sample("cinder/volume.transfer.accept.end.json"),

@@ -21,10 +21,10 @@ from typing import Any
 
 import pytest
 
-from tally_pipeline import projection, queries
 from tally_pipeline.collector.openstack import Unmapped, map_notifications
-from tally_pipeline.ingest import Ingestor
-from tally_pipeline.ledger.usage import cumulative_usage
+from tally_pipeline.services import projection, queries
+from tally_pipeline.services.ingest import Ingestor
+from tally_pipeline.services.ledger.usage import cumulative_usage
 from tally_pipeline_tests.collector.openstack_samples import sample, versioned_sample
 
 CLOUD = "region-one"

@@ -22,9 +22,9 @@ from typing import Any
 
 import pytest
 
-from tally_pipeline import projection, queries
 from tally_pipeline.collector.openstack import map_notification, map_notifications
-from tally_pipeline.ingest import Ingestor
+from tally_pipeline.services import projection, queries
+from tally_pipeline.services.ingest import Ingestor
 from tally_pipeline_tests.collector.openstack_samples import sample, versioned_sample
 from tally_pipeline_tests.collector.test_openstack_nova_lifecycle import CLOUD, LAG, PROJECT, SERVER, T0, TINY, _oslo
 

@@ -10,8 +10,8 @@ from datetime import timedelta
 from click.testing import CliRunner
 
 from tally_pipeline.cli import main
-from tally_pipeline.ingest import Ingestor
 from tally_pipeline.schemas import default_registry
+from tally_pipeline.services.ingest import Ingestor
 from tally_pipeline.store import open_store
 from tally_pipeline_tests.test_projection import T0, envelope
 

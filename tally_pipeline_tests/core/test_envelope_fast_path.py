@@ -21,6 +21,8 @@ from tally_pipeline_tests.core.test_timeutil import timestamps
 from tally_pipeline_tests.events import SIZES
 from tally_pipeline_tests.hostile import almost_events, json_values, odd_text
 
+pytestmark = pytest.mark.slow  # a real process or a long property search per test
+
 REGISTRY = default_registry()
 
 

@@ -107,6 +107,7 @@ def histories(draw, max_events: int = 14):
     return events
 
 
+@pytest.mark.slow
 @settings(max_examples=300, deadline=None)
 @given(histories(), st.data())
 def test_any_permutation_and_duplication_folds_the_same(events, data) -> None:
@@ -117,6 +118,7 @@ def test_any_permutation_and_duplication_folds_the_same(events, data) -> None:
     assert fold(distinct) == reference
 
 
+@pytest.mark.slow
 @settings(max_examples=300, deadline=None)
 @given(histories())
 def test_intervals_are_ordered_disjoint_and_nonempty(events) -> None:

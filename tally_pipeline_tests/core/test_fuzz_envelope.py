@@ -17,6 +17,8 @@ from tally_pipeline.schemas import default_registry
 from tally_pipeline_tests.collector_api import volume_event
 from tally_pipeline_tests.hostile import OUT_OF_RANGE, almost_events, json_values, nested
 
+pytestmark = pytest.mark.slow  # a real process or a long property search per test
+
 REGISTRY = default_registry()
 ITEM_REASONS = {
     "invalid_item", "unknown_field", "missing_field", "invalid_field", "invalid_timestamp", "unknown_resource_type",

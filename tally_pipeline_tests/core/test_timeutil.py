@@ -59,6 +59,7 @@ def _shortcut(value: str) -> tuple[datetime, str] | str:
         return str(exc)
 
 
+@pytest.mark.slow
 @settings(max_examples=2000, deadline=None)
 @given(st.one_of(timestamps(), st.text(max_size=40)))
 @example("2026-03-01T12:00:00.000000Z")
@@ -123,6 +124,7 @@ def components(draw: st.DrawFn) -> tuple[str, datetime | None]:
     return text, instant
 
 
+@pytest.mark.slow
 @settings(max_examples=3000, deadline=None)
 @given(components())
 @example(("2026-03-01T12:00:00+00:99", None))

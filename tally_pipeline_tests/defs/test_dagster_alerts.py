@@ -12,6 +12,8 @@ from tally_pipeline.definitions import build_definitions
 from tally_pipeline.orchestration.resources import Ledger, TallyStore
 from tally_pipeline.runtime import Runtime
 
+pytestmark = pytest.mark.slow  # a real process or a long property search per test
+
 NOW = datetime.now(UTC)
 
 

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import json
-from pathlib import Path
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 
 import dagster as dg
 import pytest
@@ -12,12 +12,14 @@ import pytest
 from tally_pipeline.adapters.simulated import SimulatedAdapter
 from tally_pipeline.definitions import build_definitions
 from tally_pipeline.defs.reconciliation.requests import follow_up_requests, reconciliation_requests
-from tally_pipeline.orchestration.resources import Ledger, TallyStore
 from tally_pipeline.fakes.static_view import StaticView
-from tally_pipeline.ingest import Ingestor
+from tally_pipeline.orchestration.resources import Ledger, TallyStore
 from tally_pipeline.runtime import Runtime
+from tally_pipeline.services.ingest import Ingestor
 from tally_pipeline.sim.platform import PlatformRecord
 from tally_pipeline.store import asset_reads
+
+pytestmark = pytest.mark.slow  # a real process or a long property search per test
 
 T0 = datetime(2026, 3, 1, tzinfo=UTC)
 
@@ -513,7 +515,7 @@ def test_a_process_loads_each_config_once_and_closes_what_it_stops_using(tmp_pat
     apart = Ledger(config_path=str(config), ledger_database=f"duckdb://{tmp_path / 'ledger.duckdb'}")
     assert apart.config.database.endswith("ledger.duckdb") and store.config.database.endswith("tally.duckdb")
     first = runtime_for(str(config))
-    first.store  # opened
+    assert first.store is not None  # opened
     for n in range(KEPT):
         runtime_for(str(config), f"duckdb://{tmp_path / f'{n}.duckdb'}")
     assert first._store is None  # the least recently used runtime was closed

@@ -16,8 +16,8 @@ from pathlib import Path
 import dagster as dg
 import pytest
 
-from tally_pipeline.ingest import Ingestor
 from tally_pipeline.runtime import Runtime
+from tally_pipeline.services.ingest import Ingestor
 
 ROOT = Path(__file__).resolve().parents[2]
 AUTOMATION_RUN_DONE = re.compile(r"__ASSET_JOB - ([0-9a-f-]{36}) - .*RUN_SUCCESS")

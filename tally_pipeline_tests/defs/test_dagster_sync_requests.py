@@ -13,7 +13,7 @@ from tally_pipeline.definitions import build_definitions
 from tally_pipeline.orchestration.launch import DagsterSyncExecutor
 from tally_pipeline.orchestration.resources import default_resources
 from tally_pipeline.runtime import Runtime
-from tally_pipeline.sync_launch import reserve
+from tally_pipeline.services.reconciliation_launch import reserve
 
 
 def test_the_job_completes_the_reserved_run_and_a_re_execution_is_a_run_of_its_own(store_url: str,

@@ -93,6 +93,7 @@ def test_a_bad_cloud_entry_leaves_the_other_clouds_running(location, tmp_path) -
         assert "demo-b misconfigured" in check.description and "resorces: unknown key" in check.description
 
 
+@pytest.mark.slow  # `dg check defs` in a subprocess, twice
 @pytest.mark.parametrize(("text", "reason"), [
     ("database: [unclosed\n", "not valid YAML"),
     ("database: mysql://tally@db/tally\n", "database: Value error, must be a duckdb:///path or postgresql"),
@@ -183,6 +184,7 @@ def test_a_partial_sync_is_a_failed_run_that_keeps_what_it_reconciled(location, 
     assert materialized.step_materialization_data.materialization.metadata["status"].value == "partial"
 
 
+@pytest.mark.slow
 def test_a_refused_database_connection_leads_with_the_drivers_reason(location, tmp_path, pg_url) -> None:
     import uuid
 

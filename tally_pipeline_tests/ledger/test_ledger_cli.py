@@ -7,10 +7,10 @@ import json
 import pytest
 from click.testing import CliRunner
 
+from tally_pipeline.bench.naive_poster import post_usage_naively
 from tally_pipeline.cli import main
 from tally_pipeline.core.ledger import EntityKey
-from tally_pipeline.ledger.naive import post_usage_naively
-from tally_pipeline.ledger.poster import post_usage
+from tally_pipeline.services.ledger.poster import post_usage
 from tally_pipeline.store import open_store
 from tally_pipeline_tests.ledger_data import DAY, T0, Row, insert, postings, vm
 
@@ -115,6 +115,7 @@ def test_daily_wants_a_day_or_a_range(config) -> None:
     assert run("usage", "daily", "--config", config, "--day", "2026-03-01", "--from", "2026-03-01").exit_code == 2
 
 
+@pytest.mark.slow
 def test_bench_post_prints_the_figures(store_url) -> None:
     result = run("bench", "post", "--database", store_url, "--entities", "30", "--naive-sample", "6")
     assert result.exit_code == 0, result.output
@@ -128,6 +129,7 @@ def test_bench_post_prints_the_figures(store_url) -> None:
         store.close()
 
 
+@pytest.mark.slow
 def test_the_naive_poster_posts_exactly_what_the_set_based_one_does(registry) -> None:
     rows = [Row(f"p{n}", f"vm-{n}", T0 - (n + 1) * DAY * 9, None if n % 2 else T0 - DAY, vm(vcpus=n)) for n in range(8)]
     stores = [open_store("duckdb://:memory:") for _ in range(2)]

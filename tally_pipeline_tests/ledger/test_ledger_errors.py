@@ -7,7 +7,7 @@ import psycopg
 import pytest
 
 from tally_pipeline.core.ledger import EntityKey
-from tally_pipeline.ledger.poster import post_usage
+from tally_pipeline.services.ledger.poster import post_usage
 from tally_pipeline.store import StoreBusy
 from tally_pipeline.store.base import TransientConflict
 from tally_pipeline_tests.ledger_data import DAY, T0, Row, checkpoints, insert, posted_total, vm

@@ -9,8 +9,8 @@ from decimal import Decimal
 import pytest
 
 from tally_pipeline.core.ledger import EntityKey
-from tally_pipeline.ledger.poster import post_usage
-from tally_pipeline.ledger.verify import verify
+from tally_pipeline.services.ledger.poster import post_usage
+from tally_pipeline.services.ledger.verify import verify
 from tally_pipeline_tests.ledger_data import (
     DAY,
     HOUR,
@@ -57,6 +57,7 @@ def fleet() -> list[Row]:
     ]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("batch_size", [1, 2, 5000])
 def test_after_a_cycle_postings_sum_to_usage_through_the_checkpoint(store, registry, batch_size) -> None:
     rows = fleet()

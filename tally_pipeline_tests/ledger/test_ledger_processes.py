@@ -14,9 +14,9 @@ import psycopg
 import pytest
 
 from tally_pipeline.core.ledger import EntityKey, NonMonotonicCheckpoint
-from tally_pipeline.ledger.poster import post_usage
-from tally_pipeline.ledger.verify import verify
 from tally_pipeline.schemas import default_registry
+from tally_pipeline.services.ledger.poster import post_usage
+from tally_pipeline.services.ledger.verify import verify
 from tally_pipeline.store import open_store
 from tally_pipeline_tests.ledger_data import DAY, HOUR, T0, Row, checkpoints, insert, model_usage, posted_total, vm
 from tally_pipeline_tests.processes import SPAWN, run_processes

@@ -15,8 +15,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tally_pipeline.core.ledger import Checkpoint, CycleWindow, EntityKey, EntityTotals, plan_delta, split_boundary
-from tally_pipeline.ledger.poster import post_usage
-from tally_pipeline.ledger.verify import verify
+from tally_pipeline.services.ledger.poster import post_usage
+from tally_pipeline.services.ledger.verify import verify
 from tally_pipeline_tests.ledger_data import (
     HOUR,
     T0,

@@ -16,11 +16,11 @@ from datetime import UTC, datetime, timedelta
 
 from click.testing import CliRunner
 
-from tally_pipeline import projection
 from tally_pipeline.cli import main
 from tally_pipeline.collector.openstack import map_notifications
-from tally_pipeline.ingest import Ingestor
 from tally_pipeline.schemas import default_registry
+from tally_pipeline.services import projection
+from tally_pipeline.services.ingest import Ingestor
 from tally_pipeline.store import open_store
 from tally_pipeline_tests.collector.openstack_samples import versioned_sample
 

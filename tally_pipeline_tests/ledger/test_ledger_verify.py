@@ -4,9 +4,13 @@ from __future__ import annotations
 
 from datetime import timedelta
 
-from tally_pipeline.ledger.poster import post_usage
-from tally_pipeline.ledger.verify import verify
+import pytest
+
+from tally_pipeline.services.ledger.poster import post_usage
+from tally_pipeline.services.ledger.verify import verify
 from tally_pipeline_tests.ledger_data import DAY, HOUR, T0, Row, insert, replace_row, vm
+
+pytestmark = pytest.mark.slow  # a real process or a long property search per test
 
 
 def setup_ledger(store, registry) -> list[Row]:

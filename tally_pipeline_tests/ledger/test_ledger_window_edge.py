@@ -22,15 +22,15 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tally_pipeline import projection
 from tally_pipeline.core.fold import FoldEvent, fold
 from tally_pipeline.core.ledger import CycleWindow, EntityKey
 from tally_pipeline.core.timeutil import parse_rfc3339
 from tally_pipeline.core.usage import Interval, interval_usage_micro
 from tally_pipeline.core.verbs import verb_of
-from tally_pipeline.ingest import Ingestor
-from tally_pipeline.ledger.poster import post_usage
-from tally_pipeline.ledger.verify import verify
+from tally_pipeline.services import projection
+from tally_pipeline.services.ingest import Ingestor
+from tally_pipeline.services.ledger.poster import post_usage
+from tally_pipeline.services.ledger.verify import verify
 from tally_pipeline_tests.faults import wait_until
 from tally_pipeline_tests.ledger_data import postings
 

@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from tally_pipeline.core.ledger import EntityKey
 from tally_pipeline.core.usage import to_micro
-from tally_pipeline.ledger.daily import day_start, recompute_usage_daily
+from tally_pipeline.services.ledger.daily import day_start, recompute_usage_daily
 from tally_pipeline_tests.ledger_data import DAY, HOUR, T0, Row, insert, model_usage, vm
 
 

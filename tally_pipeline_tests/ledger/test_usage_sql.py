@@ -4,11 +4,12 @@ from __future__ import annotations
 
 from datetime import timedelta
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from tally_pipeline.core.usage import MAX_METER_VALUE
-from tally_pipeline.ledger.usage import cumulative_usage
+from tally_pipeline.services.ledger.usage import cumulative_usage
 from tally_pipeline_tests.ledger_data import T0, Row, insert, model_usage, vm
 
 # every kind of value about equally likely, so each unusable kind shows up in most runs
@@ -63,6 +64,7 @@ def rows(draw):
     return out
 
 
+@pytest.mark.slow
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(data=rows(), through=late.map(lambda us: T0 + timedelta(microseconds=us)))
 def test_sql_usage_equals_python_usage(quick_store, registry, data, through) -> None:
@@ -80,6 +82,7 @@ POLICY = {"vcpu_hours": ["shutoff", "shelved_offloaded"], "ram_gb_hours": ["shel
           "volume_gb_hours": ["a", "b"]}
 
 
+@pytest.mark.slow
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(data=rows(), through=late.map(lambda us: T0 + timedelta(microseconds=us)))
 def test_sql_usage_equals_python_usage_under_a_status_policy(quick_store, registry, data, through) -> None:

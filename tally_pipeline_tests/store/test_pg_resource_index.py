@@ -3,9 +3,10 @@
 
 from __future__ import annotations
 
+import pytest
 
-from tally_pipeline import projection, queries
-from tally_pipeline.ingest import Ingestor
+from tally_pipeline.services import projection, queries
+from tally_pipeline.services.ingest import Ingestor
 from tally_pipeline.store.postgres import resource_key
 from tally_pipeline.store.postgres.projection import PostgresProjectionTables, history_sql
 from tally_pipeline.store.resource_reads import resource_history
@@ -78,6 +79,7 @@ def _generated_log(events: int, resources: int) -> str:
     )
 
 
+@pytest.mark.slow
 def test_the_refold_probes_the_index_even_on_a_log_not_yet_analysed(pg_store) -> None:
     """A bulk-loaded log has no statistics until autovacuum gets to it: the planner then guesses 0.5 %
     of the log per key, and a plain join of 400 keys was planned as a hash join over the whole log."""

@@ -14,8 +14,8 @@ import pytest
 from click.testing import CliRunner
 
 from tally_pipeline.cli import main
-from tally_pipeline.ingest import Ingestor
 from tally_pipeline.schemas import default_registry
+from tally_pipeline.services.ingest import Ingestor
 from tally_pipeline.store import StoreError, open_store
 from tally_pipeline.store.snapshot import SNAPSHOT_TABLES, write_snapshot
 

@@ -6,7 +6,7 @@ import duckdb
 import psycopg
 import pytest
 
-from tally_pipeline.ledger.bench import bench_post
+from tally_pipeline.bench.post import bench_post
 from tally_pipeline.store import StoreError, StoreUnavailable, open_store
 from tally_pipeline.store.errors import TransactionFailed, TransientConflict, map_exceptions
 from tally_pipeline.store.scratch import scratch_store

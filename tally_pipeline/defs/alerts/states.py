@@ -16,7 +16,7 @@ from datetime import UTC, datetime
 import dagster as dg
 
 from tally_pipeline.core.alerts import Condition
-from tally_pipeline.orchestration.resources import TallyDatabase
+from tally_pipeline.orchestration.resources import StoreReads
 
 # alert key -> (asset the check sits on, check name, runbook)
 ALERTS = {
@@ -63,7 +63,7 @@ class CheckState:
         return [self.condition.firing, list(self.condition.clouds), list(self.unknown)]
 
 
-def states(db: TallyDatabase, keys: Sequence[str], now: datetime | None = None) -> list[CheckState]:
+def states(db: StoreReads, keys: Sequence[str], now: datetime | None = None) -> list[CheckState]:
     clouds = sorted(db.config.clouds)
     conditions = db.alert_conditions(now or datetime.now(UTC))
     synced = db.clouds_ever_synced() if any(k in NEEDS_A_SYNC for k in keys) else set()
@@ -84,7 +84,7 @@ def evaluation(state: CheckState) -> dg.AssetCheckEvaluation:
                                    severity=state.severity, description=state.message, metadata=check_metadata(state))
 
 
-def report(context: dg.AssetExecutionContext, db: TallyDatabase, keys: Sequence[str]) -> None:
+def report(context: dg.AssetExecutionContext, db: StoreReads, keys: Sequence[str]) -> None:
     """Record the checks' current state in this run (call it after the asset's materialization)."""
     for state in states(db, keys):
         context.log_event(evaluation(state))

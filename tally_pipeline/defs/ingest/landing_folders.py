@@ -4,7 +4,7 @@ sensor's record of the files it has seen."""
 import json
 from pathlib import Path
 
-from tally_pipeline.landing import LandingPathError, resolve_landing_path
+from tally_pipeline.services.landing import LandingPathError, resolve_landing_path
 
 LANDING_SUFFIXES = (".jsonl", ".json", ".ndjson", ".jsonl.gz", ".json.gz", ".ndjson.gz")
 

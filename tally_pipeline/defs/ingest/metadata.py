@@ -4,7 +4,7 @@ ingest assets, the api_writes sensor and every sync run)."""
 from typing import Any
 
 from tally_pipeline.orchestration.metadata import md_table
-from tally_pipeline.orchestration.resources import TallyDatabase
+from tally_pipeline.orchestration.resources import StoreReads
 
 ACTIVITY_HEADER = ["cloud", "collector events", "reconciliation events", "last collector event"]
 
@@ -13,7 +13,7 @@ def _activity_rows(rows: list[tuple[str, int, int, Any]]) -> list[list[Any]]:
     return [[c, n, m, t.isoformat() if t else "never"] for c, n, m, t in rows]
 
 
-def event_log_metadata(db: TallyDatabase) -> dict[str, Any]:
+def event_log_metadata(db: StoreReads) -> dict[str, Any]:
     rows = db.cloud_activity()
     return {
         "dagster/row_count": db.event_count(),
@@ -22,7 +22,7 @@ def event_log_metadata(db: TallyDatabase) -> dict[str, Any]:
     }
 
 
-def dead_letter_metadata(db: TallyDatabase) -> dict[str, Any]:
+def dead_letter_metadata(db: StoreReads) -> dict[str, Any]:
     by_reason = db.rejected_by_reason()
     newest = db.newest_rejected(limit=10)
     return {
@@ -33,7 +33,7 @@ def dead_letter_metadata(db: TallyDatabase) -> dict[str, Any]:
     }
 
 
-def cloud_activity_metadata(db: TallyDatabase) -> dict[str, Any]:
+def cloud_activity_metadata(db: StoreReads) -> dict[str, Any]:
     rows = db.cloud_activity()
     # A configured cloud with no event at all has no row; events_silent never fires for it, so say so here.
     quiet = sorted({c for c, n, _, _ in rows if not n} | (set(db.config.clouds) - {r[0] for r in rows}))

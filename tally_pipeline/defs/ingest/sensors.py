@@ -35,7 +35,8 @@ def api_writes(context: dg.SensorEvaluationContext, store: TallyStore) -> dg.Sen
     # the API is not credited with them and automation does not start a projection run for writes the
     # projection already folded.
     latest = context.instance.get_latest_materialization_event(dg.AssetKey("event_log"))
-    recorded = latest.asset_materialization.metadata.get("dagster/row_count") if latest else None
+    materialization = latest.asset_materialization if latest else None
+    recorded = materialization.metadata.get("dagster/row_count") if materialization else None
     if events != before[0] and (recorded is None or recorded.value != events):
         written += [
             dg.AssetMaterialization("event_log", metadata={
@@ -44,7 +45,9 @@ def api_writes(context: dg.SensorEvaluationContext, store: TallyStore) -> dg.Sen
             *[evaluation(s) for s in states(store, ["events_silent"])],
         ]
     latest_rejected = context.instance.get_latest_materialization_event(dg.AssetKey("dead_letter"))
-    recorded_rejected = latest_rejected.asset_materialization.metadata.get("dagster/row_count") if latest_rejected else None
+    rejected_materialization = latest_rejected.asset_materialization if latest_rejected else None
+    recorded_rejected = (rejected_materialization.metadata.get("dagster/row_count")
+                         if rejected_materialization else None)
     if rejected != before[1] and (recorded_rejected is None or recorded_rejected.value != rejected):
         written.append(dg.AssetMaterialization("dead_letter", metadata={
             **dead_letter_metadata(store), "recorded_by": "api_writes sensor: the count changed since its last look"}))

@@ -2,7 +2,6 @@
 
 import dagster as dg
 
-
 posting_job = dg.define_asset_job(
     "delta_posting",
     selection=dg.AssetSelection.assets("ledger_audit", "ledger_postings", "usage_checkpoints", "ledger_cycles",

@@ -9,16 +9,16 @@ from typing import Any
 import dagster as dg
 
 from tally_pipeline.orchestration.metadata import md_table
-from tally_pipeline.orchestration.resources import TallyDatabase
-from tally_pipeline.projection import RefreshResult
+from tally_pipeline.orchestration.resources import StoreReads, TallyStore
+from tally_pipeline.services.projection import RefreshResult
 
 
-def projection_metadata(db: TallyDatabase, result: RefreshResult | None, by: str) -> dict[str, dict[str, Any]]:
+def projection_metadata(db: StoreReads, result: RefreshResult | None, by: str) -> dict[str, dict[str, Any]]:
     """Each projection table's metadata after a refresh (``result`` None when the refresh was a sync's own)."""
     statuses = db.resource_statuses()
     intervals, open_intervals = db.interval_counts()
     watermark = db.projection_watermark()
-    done = {"refreshed_by": by}
+    done: dict[str, Any] = {"refreshed_by": by}
     if result is not None:
         done |= {"refolded_resources": result.resources, "refresh_seconds": round(result.seconds, 4)}
     return {
@@ -32,14 +32,14 @@ def projection_metadata(db: TallyDatabase, result: RefreshResult | None, by: str
     }
 
 
-def report_refresh(context: dg.AssetExecutionContext, db: TallyDatabase, result: RefreshResult | None,
+def report_refresh(context: dg.AssetExecutionContext, db: StoreReads, result: RefreshResult | None,
                    by: str) -> None:
     """Record a refresh made inside another asset's body as materializations of the projection assets."""
     for key, metadata in projection_metadata(db, result, by).items():
         context.log_event(dg.AssetMaterialization(asset_key=key, metadata=metadata))
 
 
-def refresh_and_report(context: dg.AssetExecutionContext, db: TallyDatabase, by: str) -> RefreshResult:
+def refresh_and_report(context: dg.AssetExecutionContext, db: TallyStore, by: str) -> RefreshResult:
     """Fold what is pending; when that wrote anything, record it as a materialization of the projections."""
     result = db.refresh_projection()
     if result.resources:

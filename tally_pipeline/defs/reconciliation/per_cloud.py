@@ -3,6 +3,7 @@ schedule and follow-ups. They are built from the cloud list, so by a definitions
 Dagster loads the code location (the clouds are the config file's unless the location names them).
 """
 
+from collections.abc import Iterator, Sequence
 from datetime import UTC, datetime
 
 import dagster as dg
@@ -25,6 +26,93 @@ def worst(statuses) -> str:
     """The run's sync outcome over its clouds: failed, else partial, else succeeded."""
     found = set(statuses)
     return next((s for s in ("failed", "partial") if s in found), "succeeded")
+
+
+def reconcile_partitions(context: dg.AssetExecutionContext, store: TallyStore, adapters: AdapterSource, clock: Clock,
+                         clouds: Sequence[str]) -> Iterator[dg.AssetObservation | dg.MaterializeResult]:
+    """The body of the ``sync_runs`` asset: one reconciliation per cloud partition of the run, recorded as
+    the two assets' metadata; a failed cloud fails the run, a partial one fails it after recording
+    what was reconciled (docs/operations.md, "Partial syncs"). ``clouds``: the location's clouds."""
+    from tally_pipeline.services.errors import SyncInProgress
+
+    tags = context.run.tags
+    poll_time = parse_rfc3339(tags[POLL_TIME]) if POLL_TIME in tags else to_utc(clock.now())
+    run_key = tags.get(RUN_KEY) or f"dagster:{context.run.run_id}"
+    header = ["type", "status", "listed", "corrections", "deferred", "reason"]
+    failures, partial, statuses = [], [], {}
+    for cloud in context.partition_keys:
+        reason = store.config.misconfigured_clouds.get(cloud)
+        if reason is not None:  # fail at once, the reason first (the other clouds are unaffected)
+            raise dg.Failure(f"cloud {cloud!r} is misconfigured: {reason}")
+        if cloud not in store.config.clouds and cloud not in clouds:
+            raise dg.Failure(f"cloud {cloud!r} is not configured")
+    if CLOUD not in tags and len(context.partition_keys) == 1:
+        # A run launched from the UI's Materialize or GraphQL has no tally/cloud tag (only
+        # dagster/partition, which deploy/embedded/dagster.yaml also limits): add it, so every run names its cloud.
+        context.instance.add_run_tags(context.run.run_id, {CLOUD: context.partition_keys[0]})
+    watermark = store.projection_watermark()
+    events = store.event_count()
+    reserved = tags.get(SYNC_RUN_ID)  # POST /internal/sync/{cloud} reserved this run, then launched this job
+    if reserved and len(context.partition_keys) != 1:
+        raise dg.Failure(f"run tag {SYNC_RUN_ID} names one sync, for one cloud partition")
+    for cloud in context.partition_keys:
+        try:
+            run = store.sync(cloud, adapters.adapter(cloud), now=poll_time, run_key=run_key, run_id=reserved)
+        except SyncInProgress as exc:
+            raise dg.Failure(str(exc)) from exc
+        log = context.log.warning if run.status != "succeeded" else context.log.info
+        log(f"{cloud}: {run.status}; created {run.created}, updated {run.updated}, deleted {run.deleted}, "
+            f"recovered {run.recovered}, deferred {run.deferred}; drift {(run.drift or 0.0):.2%}"
+            + (f"; {run.error}" if run.error else ""))
+        rows = [[rtype, o.status, o.listed, o.corrections, o.deferred, (o.reason or "")[:80]]
+                for rtype, o in run.per_type.items()]
+        statuses[cloud] = run.status
+        if run.status == "failed":
+            failures.append((cloud, run.error, rows))
+            continue
+        if run.status == "partial":
+            partial.append((cloud, run.error, rows))
+        context.add_asset_metadata(asset_key="sync_runs", partition_key=cloud, metadata={
+            "status": run.status, "created": run.created, "updated": run.updated, "deleted": run.deleted,
+            "recovered": run.recovered, "deferred": run.deferred,
+            "poll_time": format_rfc3339(poll_time), "run_key": run_key, "sync_run_id": run.run_id,
+            "drift": dg.MetadataValue.text(f"{(run.drift or 0.0):.2%}"), "live_before": run.live_before,
+            "per_type": md_table(header, rows),
+        })
+        context.add_asset_metadata(asset_key="sync_deferrals", partition_key=cloud, metadata={
+            "dagster/row_count": run.deferred, "sync_run_id": run.run_id,
+            "by_reason": dg.MetadataValue.json(run.deferrals_by_reason()),
+        })
+    # The sync wrote events and re-folded the projection inside its body: record both.
+    wrote_events = store.event_count() != events
+    if wrote_events:
+        context.log_event(dg.AssetMaterialization(asset_key="event_log", metadata={
+            **event_log_metadata(store), "written_by": f"sync_runs ({', '.join(context.partition_keys)})"}))
+        context.log_event(dg.AssetMaterialization(asset_key="cloud_activity", metadata=cloud_activity_metadata(store)))
+    if store.projection_watermark() != watermark:
+        report_refresh(context, store, None, f"sync_runs ({', '.join(context.partition_keys)})")
+    # Every sync changes what the sync checks see: report them in this run, next to its materialization.
+    report(context, store, [*SYNC_CHECKS, *(["events_silent"] if wrote_events else [])])
+    # The run list shows each sync's outcome as a tag (filterable: tally/sync_status=partial).
+    context.instance.add_run_tags(context.run.run_id, {SYNC_STATUS: worst(statuses.values())})
+    if failures:
+        # Yielding the failed clouds' observations also hands Dagster the events logged above
+        # (they are flushed with the next yielded event; a raise alone would drop them).
+        for cloud, error, rows in failures:
+            yield dg.AssetObservation(asset_key="sync_runs", partition=cloud, metadata={
+                "status": "failed", "error": error or "", "per_type": md_table(header, rows)})
+        raise dg.Failure("reconciliation failed: " + "; ".join(f"{c}: {e}" for c, e, _ in failures),
+                         metadata={"per_type": md_table(["cloud", *header],
+                                                        [[c, *r] for c, _, rows in failures for r in rows])})
+    yield dg.MaterializeResult(asset_key="sync_runs")
+    yield dg.MaterializeResult(asset_key="sync_deferrals")
+    if partial:
+        # Partial is not success (docs/operations.md, "Partial syncs"): what was reconciled is recorded
+        # above as the materialization, then the run fails, its reason first.
+        raise dg.Failure("partial sync: " + "; ".join(f"{c}: {e or 'some types not reconciled'}"
+                                                      for c, e, _ in partial),
+                         metadata={"per_type": md_table(["cloud", *header],
+                                                        [[c, *r] for c, _, rows in partial for r in rows])})
 
 
 @dg.definitions
@@ -66,89 +154,7 @@ def reconciliation_defs(clouds: list[str]) -> dg.Definitions:
     def sync_runs(context: dg.AssetExecutionContext, store: TallyStore, adapters: dg.ResourceParam[AdapterSource],
                   clock: dg.ResourceParam[Clock]):
         with cause_first():  # a database that refuses us says why, first
-            yield from _sync(context, store, adapters, clock)
-
-    def _sync(context: dg.AssetExecutionContext, store: TallyStore, adapters: AdapterSource, clock: Clock):
-        from tally_pipeline.sync import SyncInProgress
-
-        tags = context.run.tags
-        poll_time = parse_rfc3339(tags[POLL_TIME]) if POLL_TIME in tags else to_utc(clock.now())
-        run_key = tags.get(RUN_KEY) or f"dagster:{context.run.run_id}"
-        header = ["type", "status", "listed", "corrections", "deferred", "reason"]
-        failures, partial, statuses = [], [], {}
-        for cloud in context.partition_keys:
-            reason = store.config.misconfigured_clouds.get(cloud)
-            if reason is not None:  # fail at once, the reason first (the other clouds are unaffected)
-                raise dg.Failure(f"cloud {cloud!r} is misconfigured: {reason}")
-            if cloud not in store.config.clouds and cloud not in clouds:
-                raise dg.Failure(f"cloud {cloud!r} is not configured")
-        if CLOUD not in tags and len(context.partition_keys) == 1:
-            # A run launched from the UI's Materialize or GraphQL has no tally/cloud tag (only
-            # dagster/partition, which deploy/embedded/dagster.yaml also limits): add it, so every run names its cloud.
-            context.instance.add_run_tags(context.run.run_id, {CLOUD: context.partition_keys[0]})
-        watermark = store.projection_watermark()
-        events = store.event_count()
-        reserved = tags.get(SYNC_RUN_ID)  # POST /internal/sync/{cloud} reserved this run, then launched this job
-        if reserved and len(context.partition_keys) != 1:
-            raise dg.Failure(f"run tag {SYNC_RUN_ID} names one sync, for one cloud partition")
-        for cloud in context.partition_keys:
-            try:
-                run = store.sync(cloud, adapters.adapter(cloud), now=poll_time, run_key=run_key, run_id=reserved)
-            except SyncInProgress as exc:
-                raise dg.Failure(str(exc)) from exc
-            log = context.log.warning if run.status != "succeeded" else context.log.info
-            log(f"{cloud}: {run.status}; created {run.created}, updated {run.updated}, deleted {run.deleted}, "
-                f"recovered {run.recovered}, deferred {run.deferred}; drift {(run.drift or 0.0):.2%}"
-                + (f"; {run.error}" if run.error else ""))
-            rows = [[rtype, o["status"], o["listed"], o["corrections"], o["deferred"], (o["reason"] or "")[:80]]
-                    for rtype, o in run.per_type.items()]
-            statuses[cloud] = run.status
-            if run.status == "failed":
-                failures.append((cloud, run.error, rows))
-                continue
-            if run.status == "partial":
-                partial.append((cloud, run.error, rows))
-            context.add_asset_metadata(asset_key="sync_runs", partition_key=cloud, metadata={
-                "status": run.status, "created": run.created, "updated": run.updated, "deleted": run.deleted,
-                "recovered": run.recovered, "deferred": run.deferred,
-                "poll_time": format_rfc3339(poll_time), "run_key": run_key, "sync_run_id": run.run_id,
-                "drift": dg.MetadataValue.text(f"{(run.drift or 0.0):.2%}"), "live_before": run.live_before,
-                "per_type": md_table(header, rows),
-            })
-            context.add_asset_metadata(asset_key="sync_deferrals", partition_key=cloud, metadata={
-                "dagster/row_count": run.deferred, "sync_run_id": run.run_id,
-                "by_reason": dg.MetadataValue.json(run.deferrals_by_reason()),
-            })
-        # The sync wrote events and re-folded the projection inside its body: record both.
-        wrote_events = store.event_count() != events
-        if wrote_events:
-            context.log_event(dg.AssetMaterialization(asset_key="event_log", metadata={
-                **event_log_metadata(store), "written_by": f"sync_runs ({', '.join(context.partition_keys)})"}))
-            context.log_event(dg.AssetMaterialization(asset_key="cloud_activity", metadata=cloud_activity_metadata(store)))
-        if store.projection_watermark() != watermark:
-            report_refresh(context, store, None, f"sync_runs ({', '.join(context.partition_keys)})")
-        # Every sync changes what the sync checks see: report them in this run, next to its materialization.
-        report(context, store, [*SYNC_CHECKS, *(["events_silent"] if wrote_events else [])])
-        # The run list shows each sync's outcome as a tag (filterable: tally/sync_status=partial).
-        context.instance.add_run_tags(context.run.run_id, {SYNC_STATUS: worst(statuses.values())})
-        if failures:
-            # Yielding the failed clouds' observations also hands Dagster the events logged above
-            # (they are flushed with the next yielded event; a raise alone would drop them).
-            for cloud, error, rows in failures:
-                yield dg.AssetObservation(asset_key="sync_runs", partition=cloud, metadata={
-                    "status": "failed", "error": error or "", "per_type": md_table(header, rows)})
-            raise dg.Failure("reconciliation failed: " + "; ".join(f"{c}: {e}" for c, e, _ in failures),
-                             metadata={"per_type": md_table(["cloud", *header],
-                                                            [[c, *r] for c, _, rows in failures for r in rows])})
-        yield dg.MaterializeResult(asset_key="sync_runs")
-        yield dg.MaterializeResult(asset_key="sync_deferrals")
-        if partial:
-            # Partial is not success (docs/operations.md, "Partial syncs"): what was reconciled is recorded
-            # above as the materialization, then the run fails, its reason first.
-            raise dg.Failure("partial sync: " + "; ".join(f"{c}: {e or 'some types not reconciled'}"
-                                                          for c, e, _ in partial),
-                             metadata={"per_type": md_table(["cloud", *header],
-                                                            [[c, *r] for c, _, rows in partial for r in rows])})
+            yield from reconcile_partitions(context, store, adapters, clock, clouds)
 
     # The alert checks on sync_runs are reported by their sensors every minute; running them as extra
     # steps of every 10-minute sync would only slow each run down.

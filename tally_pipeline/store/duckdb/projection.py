@@ -78,7 +78,7 @@ class DuckDBProjectionTables:
         return int(self.con.execute("SELECT count(*) FROM events WHERE seq > ? AND seq <= ?",
                                     [watermark, high]).fetchall()[0][0])
 
-    def pending_rows(self, watermark: int, high: int) -> Iterator[tuple]:
+    def pending_rows(self, watermark: int, high: int) -> Iterator[tuple[Any, ...]]:
         """The pending events, copied to ``folded_events`` first: the histories read later include them."""
         self._copy_pending(watermark, high)
         rows = self.con.execute(
@@ -134,7 +134,7 @@ class DuckDBProjectionTables:
         return [StoredFold(row[:3], *row[3:-1], *last.get(row[:3], (None, None, None)))
                 for row in states if row[:3] in wanted]
 
-    def histories(self, keys: Sequence[Key]) -> Iterator[tuple]:
+    def histories(self, keys: Sequence[Key]) -> Iterator[tuple[Any, ...]]:
         if not keys:
             return
         wanted = set(keys)
@@ -151,7 +151,7 @@ class DuckDBProjectionTables:
         else:
             yield from (row for row in rows if row[:3] in wanted)
 
-    def replace(self, cuts: Sequence[tuple[Key, int]], states: Iterable[tuple], intervals: Iterable[tuple]) -> None:
+    def replace(self, cuts: Sequence[tuple[Key, int]], states: Iterable[tuple[Any, ...]], intervals: Iterable[tuple[Any, ...]]) -> None:
         if cuts:
             gone_states = [self._state_rowids[key] for key, _ in cuts]
             gone_intervals = [rowid for key, first in cuts for rowid in self._interval_rowids.get(key, ())[first:]]
@@ -228,7 +228,7 @@ class DuckDBProjectionTables:
         finally:
             self.con.unregister(name)
 
-    def _insert(self, table: str, names: Sequence[str], rows: list[tuple]) -> None:
+    def _insert(self, table: str, names: Sequence[str], rows: list[tuple[Any, ...]]) -> None:
         if not rows:
             return
         columns = list(zip(*rows))

@@ -35,10 +35,10 @@ from tally_pipeline.store.base import (
     UnitOfWork,
 )
 from tally_pipeline.store.duckdb.projection import DuckDBProjectionTables
-from tally_pipeline.store.projection_tables import full_interval_rows
 from tally_pipeline.store.duckdb.usage_sql import DuckDBUsageSQL
 from tally_pipeline.store.errors import Rule, map_exceptions
 from tally_pipeline.store.migrations import MIGRATIONS_TABLE, migrations_for
+from tally_pipeline.store.projection_tables import full_interval_rows
 
 _UTC_US = pa.timestamp("us", tz="UTC")
 

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import itertools
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from contextlib import ExitStack
 from typing import Any
 
 import pyarrow as pa
 
 from tally_pipeline.store.base import UnitOfWork
+from tally_pipeline.store.projection_tables import Key
 from tally_pipeline.store.usage_sql import Fragment, RowKind, UsageSQL
 
 _ARROW: dict[RowKind, pa.DataType] = {
@@ -72,3 +73,10 @@ class DuckDBUsageSQL(UsageSQL):
         con.register(registered, table)
         stack.callback(con.unregister, registered)
         return Fragment(f"{registered} AS {alias}", ())
+
+    def histories(self, uow: UnitOfWork, keys: Sequence[Key]) -> Iterator[tuple[Any, ...]]:
+        from tally_pipeline.store.duckdb.projection import DuckDBProjectionTables
+
+        tables = DuckDBProjectionTables(uow)
+        tables.learn_keys(keys)
+        yield from tables.histories(keys)

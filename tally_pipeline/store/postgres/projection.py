@@ -109,7 +109,7 @@ class PostgresProjectionTables:
         return int(self.uow.fetchall("SELECT count(*) FROM events WHERE seq > %s AND seq <= %s",
                                      (watermark, high))[0][0])
 
-    def pending_rows(self, watermark: int, high: int) -> Iterator[tuple]:
+    def pending_rows(self, watermark: int, high: int) -> Iterator[tuple[Any, ...]]:
         yield from self.uow.fetchall(
             f"SELECT {_FOLD_COLUMNS} FROM events e WHERE e.seq > %s AND e.seq <= %s ORDER BY {KEY}",
             (watermark, high),
@@ -132,7 +132,7 @@ class PostgresProjectionTables:
         """)
         return [StoredFold((r[0], r[1], r[2]), *r[3:]) for r in rows]
 
-    def histories(self, keys: Sequence[Key]) -> Iterator[tuple]:
+    def histories(self, keys: Sequence[Key]) -> Iterator[tuple[Any, ...]]:
         if not keys:
             return
         self._keys_table("_refold", keys)
@@ -142,7 +142,7 @@ class PostgresProjectionTables:
             cur.execute(history_sql("_refold"))
             yield from cur
 
-    def replace(self, cuts: Sequence[tuple[Key, int]], states: Iterable[tuple], intervals: Iterable[tuple]) -> None:
+    def replace(self, cuts: Sequence[tuple[Key, int]], states: Iterable[tuple[Any, ...]], intervals: Iterable[tuple[Any, ...]]) -> None:
         cur = self.cur
         if cuts:
             cur.execute("CREATE TEMP TABLE IF NOT EXISTS _cuts (cloud TEXT, resource_type TEXT, resource_id TEXT, "
@@ -248,7 +248,7 @@ class PostgresProjectionTables:
             cur.execute(f"ALTER TABLE {table} DROP CONSTRAINT {constraint}" if constraint else f"DROP INDEX {name}")
         cur.execute(insert_all(table, columns, select))
         cur.execute(f"SET LOCAL maintenance_work_mem = '{INDEX_BUILD_MEM}'")
-        for name, constraint, definition in indexes:
+        for _name, constraint, definition in indexes:
             cur.execute(f"ALTER TABLE {table} ADD CONSTRAINT {constraint} {definition}" if constraint else definition)
 
     def set_watermark(self, high: int) -> None:

@@ -189,7 +189,8 @@ class PostgresUnitOfWork(UnitOfWork):
             self.conn.execute("SAVEPOINT ingest_copy")
             for _ in islice(records, len(keys) // _VALIDATE_AHEAD_ONE_IN):
                 pass
-        return {tuple(orjson.loads(pair)) for pair in lookup.fetchone()[1] or ()}  # type: ignore[misc]
+        row = lookup.fetchone()
+        return {tuple(orjson.loads(pair)) for pair in (row[1] if row is not None else None) or ()}
 
     def _copy(self, records: Iterator[EventRecord], received_at: datetime, written: list[EventRecord]) -> None:
         """Copy each record into ``events`` as it comes, appending it to ``written``."""
@@ -216,7 +217,9 @@ class PostgresUnitOfWork(UnitOfWork):
     def _timestamptz_text(self, value: datetime) -> str:
         """``value`` as psycopg itself would write it into a text COPY."""
         dumper = Transformer.from_context(self.cur).get_dumper(value, PyFormat.TEXT)
-        return bytes(dumper.dump(value)).decode()
+        dumped = dumper.dump(value)
+        assert dumped is not None  # a datetime always has a text form
+        return bytes(dumped).decode()
 
     def _insert_staged(self, records: Sequence[EventRecord], received_at: datetime) -> set[EventKey]:
         cur = self.cur

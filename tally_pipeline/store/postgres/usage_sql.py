@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from contextlib import ExitStack
 from typing import Any
 
 import orjson
 
 from tally_pipeline.store.base import UnitOfWork
+from tally_pipeline.store.projection_tables import Key
 from tally_pipeline.store.usage_sql import Fragment, RowKind, UsageSQL
 
 # each kind from the JSON element ``{e}`` (text)
@@ -76,6 +77,16 @@ class PostgresUsageSQL(UsageSQL):
         """psycopg prepares a statement run five times; Postgres then may reuse a generic plan, and
         for a key range with unknown bounds that is a scan of every checkpoint, in every batch."""
         uow.execute("SET LOCAL plan_cache_mode = force_custom_plan")
+
+    def pin_projection(self, uow: UnitOfWork) -> None:
+        from tally_pipeline.store.postgres.locks import PROJECTION_LOCK
+
+        uow.execute("SELECT pg_advisory_xact_lock_shared(%s)", (PROJECTION_LOCK,))
+
+    def histories(self, uow: UnitOfWork, keys: Sequence[Key]) -> Iterator[tuple[Any, ...]]:
+        from tally_pipeline.store.postgres.projection import PostgresProjectionTables
+
+        yield from PostgresProjectionTables(uow, 0).histories(keys)
 
     def lock_rows(self) -> str:
         # DuckDB needs none: the whole file is its lock

@@ -20,25 +20,17 @@ import json
 import os
 import re
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
+from tally_pipeline.core.errors import TallyError
 from tally_pipeline.core.jsontext import BadJson, decode_item, loads_exact, value_end
+from tally_pipeline.core.landing import DEFAULT_LIMITS
+from tally_pipeline.core.landing import LandingLimits as LandingLimits
 
 _BATCH_DOC = re.compile(rb'^\s*\{\s*"events"\s*:\s*\[')
 _CHUNK = 1 << 16
-
-
-@dataclass(frozen=True, slots=True)
-class LandingLimits:
-    """What one landing file may hold (the ``landing:`` settings; docs/operations.md)."""
-
-    max_item_bytes: int = 5 * 1024 * 1024  # a line, or one element of a document: the API's body limit
-    max_file_bytes: int = 4 * 1024**3  # what a file may hold once decompressed
-    max_ratio: int = 100  # decompressed over compressed size of a gzip file (JSON compresses 5-20 times)
-    excerpt_bytes: int = 64 * 1024  # of a refused item, kept in the dead letter
-    follow_symlinks: bool = False  # a file given by a symlink is refused unless set
 
 
 def _excerpt(data: bytes, limits: LandingLimits) -> str:
@@ -85,11 +77,11 @@ class BadLine:
     message: str
 
 
-class LandingFileError(ValueError):
+class LandingFileError(TallyError, ValueError):
     pass
 
 
-class LandingPathError(ValueError):
+class LandingPathError(TallyError, ValueError):
     """A landing file name that would reach outside the configured ``landing_dir``."""
 
 
@@ -119,9 +111,9 @@ def resolve_landing_path(landing_dir: str | os.PathLike[str], name: str | os.Pat
     return real
 
 
-def read_items(stream: IO[bytes], limits: LandingLimits = LandingLimits()) -> Iterator[ReadItem | BadLine]:
+def read_items(stream: IO[bytes], limits: LandingLimits = DEFAULT_LIMITS) -> Iterator[ReadItem | BadLine]:
     """Yield each event item of a landing file (parsed, with its text), or a ``BadLine``."""
-    buffered = io.BufferedReader(stream) if not isinstance(stream, io.BufferedReader) else stream  # type: ignore[arg-type]
+    buffered = stream if isinstance(stream, io.BufferedReader) else io.BufferedReader(stream)  # type: ignore[type-var]
     head = buffered.peek(256)[:256]
     if _BATCH_DOC.match(head):
         yield from _read_document(buffered, limits)
@@ -261,7 +253,7 @@ class FileSummary:
     stored: int = 0
     duplicates: int = 0
     rejected: int = 0
-    reasons: dict[str, int] | None = None
+    reasons: dict[str, int] = field(default_factory=dict)
     error: str | None = None
 
     def as_json(self) -> dict[str, Any]:
@@ -271,7 +263,7 @@ class FileSummary:
             "stored": self.stored,
             "duplicates": self.duplicates,
             "rejected": self.rejected,
-            "reasons": dict(sorted((self.reasons or {}).items())),
+            "reasons": dict(sorted(self.reasons.items())),
             "error": self.error,
         }
 
@@ -312,7 +304,7 @@ def ingest_file(
     origin: str | None = None,
     batch_size: int = 1000,
     progress: Any = None,
-    limits: LandingLimits = LandingLimits(),
+    limits: LandingLimits = DEFAULT_LIMITS,
 ) -> FileSummary:
     """Stream one landing file through the ingest core, one transaction per batch.
 
@@ -324,7 +316,7 @@ def ingest_file(
     from tally_pipeline.store.base import RejectedRow
 
     origin = origin or f"file:{path.name}"
-    summary = FileSummary(str(path), reasons={})
+    summary = FileSummary(str(path))
     try:
         raw_file = _open_file(path, limits)
     except LandingFileError as exc:
@@ -341,7 +333,7 @@ def ingest_file(
                 ingestor.dead_letter(list(bad))
                 summary.rejected += len(bad)
                 for row in bad:
-                    summary.reasons[row.reason] = summary.reasons.get(row.reason, 0) + 1  # type: ignore[index]
+                    summary.reasons[row.reason] = summary.reasons.get(row.reason, 0) + 1
                 bad.clear()
             if batch:
                 outcome = ingestor.ingest(batch, origin=origin, raw_of=list(raws).__getitem__)
@@ -350,7 +342,7 @@ def ingest_file(
                 summary.rejected += outcome.rejected
                 for result in outcome.results:
                     if result.reason:
-                        summary.reasons[result.reason] = summary.reasons.get(result.reason, 0) + 1  # type: ignore[index]
+                        summary.reasons[result.reason] = summary.reasons.get(result.reason, 0) + 1
                 batch.clear()
                 raws.clear()
             if progress is not None:

@@ -16,11 +16,11 @@ import time
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from tally_pipeline.bench.naive_poster import post_usage_naively
 from tally_pipeline.core.ledger import EntityKey
-from tally_pipeline.ledger.naive import post_usage_naively
-from tally_pipeline.ledger.poster import DEFAULT_BATCH_SIZE, DEFAULT_WORKERS, post_usage
-from tally_pipeline.ledger.verify import verify
 from tally_pipeline.schemas import default_registry
+from tally_pipeline.services.ledger.poster import DEFAULT_BATCH_SIZE, DEFAULT_WORKERS, CycleResult, post_usage
+from tally_pipeline.services.ledger.verify import verify
 from tally_pipeline.store import Store, ledger_checkpoints
 from tally_pipeline.store.scratch import scratch_store
 
@@ -85,10 +85,13 @@ def _run(
         naive_sample = 10_000 if store.dialect == "postgres" else 200
     rows, made = _intervals(entities)
     store.load_intervals(rows)
-    settings = {"ingest_lag": LAG, "window_days": WINDOW_DAYS, "batch_size": batch_size, "workers": workers}
+    def cycle(now: datetime) -> CycleResult:
+        return post_usage(store, registry, now=now, ingest_lag=LAG, window_days=WINDOW_DAYS, batch_size=batch_size,
+                          workers=workers)
 
-    first, first_s = _timed(lambda: post_usage(store, registry, now=BASE, **settings))
-    steady, steady_s = _timed(lambda: post_usage(store, registry, now=BASE + timedelta(hours=1), **settings))
+
+    first, first_s = _timed(lambda: cycle(BASE))
+    steady, steady_s = _timed(lambda: cycle(BASE + timedelta(hours=1)))
     store.run(store.usage_sql().refresh_statistics)
     keys = [EntityKey(*key) for key in ledger_checkpoints.entity_keys(store)]
     sample_size = max(1, min(naive_sample, len(keys)))

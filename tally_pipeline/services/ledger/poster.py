@@ -49,7 +49,7 @@ from tally_pipeline.core.ledger import (
 from tally_pipeline.core.registry import Meter, SizeSchemaRegistry
 from tally_pipeline.core.timeutil import format_rfc3339
 from tally_pipeline.core.usage import to_units
-from tally_pipeline.ledger.late import late_usage
+from tally_pipeline.services.ledger.late import late_usage
 from tally_pipeline.store import ledger_checkpoints, ledger_late, ledger_postings, ledger_records
 from tally_pipeline.store.base import Store, StoreError, UnitOfWork
 from tally_pipeline.store.usage_reads import batch_totals, begun_projects
@@ -353,7 +353,7 @@ def post_batch(uow: UnitOfWork, cycle: _Cycle, keys: Sequence[EntityKey], number
         sql.plan_per_batch(uow)
         # before the row locks (see store.ledger_late): the totals and the late usage below are
         # both read at this watermark, which the advanced checkpoints record
-        watermark = ledger_late.pin_watermark(uow, sql.dialect)
+        watermark = ledger_late.pin_watermark(uow, sql)
         checkpoints = ledger_checkpoints.lock_batch(uow, sql, keys)
         cycle.on_stage("batch_locked", {"batch": number, "entities": len(keys)})
 
@@ -420,7 +420,7 @@ def _late(
         moved = cycle.late.get(memo)
         if moved is None:
             moved = cycle.late[memo] = late_usage(
-                uow, cycle.sql.dialect, cycle.by_name.values(), since=since, upto=watermark, start=start,
+                uow, cycle.sql, cycle.by_name.values(), since=since, upto=watermark, start=start,
                 end=cycle.window.boundary,
             )
         if key in moved:

@@ -6,10 +6,11 @@ A benchmark database is thrown away after the run: the pre-filled events are wel
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from tally_pipeline.store.base import Store
+from tally_pipeline.store.base import Store, UnitOfWork
 
 # Resources are scattered over this many ids, named as the benchmark's Python side names them
 # (``resource_uuid``): md5 of "r<n>" in uuid form, so pre-filled and measured events share them.
@@ -54,13 +55,17 @@ FROM (SELECT range AS g, CAST(floor(random() * {RESOURCE_SPACE}) AS BIGINT) AS r
 """
 
 
+def _preload_chunk(uow: UnitOfWork, *, statement: str, n: int) -> None:
+    uow.execute(statement, (n,))
+
+
 def preload(store: Store, events: int, progress: Callable[[int], None] | None = None) -> None:
     """Add ``events`` generated events to the log in SQL (not through the ingest path)."""
     statement = _PG_PRELOAD if store.dialect == "postgres" else _DUCK_PRELOAD
     done = 0
     while done < events:
         n = min(_PRELOAD_CHUNK, events - done)
-        store.run(lambda uow, n=n: uow.execute(statement, (n,)))
+        store.run(functools.partial(_preload_chunk, statement=statement, n=n))
         done += n
         if progress is not None:
             progress(done)

@@ -14,13 +14,13 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from datetime import datetime
-from typing import Any
 
-from tally_pipeline.core.fold import FoldEvent, Interval, fold
+from tally_pipeline.core.fold import FoldEvent, Interval, fold, fold_rows_by_resource
 from tally_pipeline.core.ledger import EntityKey, usage_moved
 from tally_pipeline.core.registry import Meter
-from tally_pipeline.projection import fold_rows_by_resource
 from tally_pipeline.store import ledger_late
+from tally_pipeline.store.base import UnitOfWork
+from tally_pipeline.store.usage_sql import UsageSQL
 
 
 def _intervals_as_of(events: list[FoldEvent], seq: int) -> tuple[Interval, ...]:
@@ -29,8 +29,8 @@ def _intervals_as_of(events: list[FoldEvent], seq: int) -> tuple[Interval, ...]:
 
 
 def late_usage(
-    uow: Any,
-    dialect: str,
+    uow: UnitOfWork,
+    sql: UsageSQL,
     meters: Iterable[Meter],
     *,
     since: int,
@@ -45,7 +45,7 @@ def late_usage(
         return {}
     meters = list(meters)
     out: dict[EntityKey, int] = {}
-    for (cloud, resource_type, _), events in fold_rows_by_resource(ledger_late.histories(uow, dialect, keys)):
+    for (cloud, resource_type, _), events in fold_rows_by_resource(ledger_late.histories(uow, sql, keys)):
         moved = usage_moved(meters, cloud, resource_type, _intervals_as_of(events, upto),
                             _intervals_as_of(events, since), start, end)
         for key, micro in moved.items():

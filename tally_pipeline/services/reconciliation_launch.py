@@ -31,17 +31,18 @@ from typing import Any, Protocol
 
 import orjson
 
+from tally_pipeline.core.errors import TallyError
+from tally_pipeline.services.reconciliation import SyncInProgress, leases_of
 from tally_pipeline.store import sync_requests, sync_runs
 from tally_pipeline.store.base import Store, UnitOfWork
 from tally_pipeline.store.sync_requests import SyncRequest
-from tally_pipeline.sync import SyncInProgress, leases_of
 
 log = logging.getLogger("tally.sync")
 
 FINISHED = frozenset({"succeeded", "partial", "failed"})
 
 
-class ShuttingDown(RuntimeError):
+class ShuttingDown(TallyError, RuntimeError):
     """The executor is closed: this process starts no more syncs."""
 
 

@@ -1,6 +1,6 @@
 """How fast the simulator is: generation, and the platform view polled like a sync would poll it.
 
-``python -m tally_pipeline.sim.bench [--hours H] [--clouds N] [--resources R]`` prints JSON.
+``python -m tally_pipeline.bench.sim [--hours H] [--clouds N] [--resources R]`` prints JSON.
 """
 
 from __future__ import annotations

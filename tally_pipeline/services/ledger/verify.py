@@ -10,6 +10,7 @@ Dagster asset check; ``Verification.audit`` is that check's verdict).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from decimal import Decimal
@@ -166,7 +167,7 @@ def _verify(uow: UnitOfWork, store: Store, registry: SizeSchemaRegistry, include
     return Verification(checked, found)
 
 
-def _unposted(uow: UnitOfWork, sql: UsageSQL, meters: list[Meter]) -> list[Discrepancy]:
+def _unposted(uow: UnitOfWork, sql: UsageSQL, meters: Sequence[Meter]) -> list[Discrepancy]:
     """Entities with usage no cycle posted, and what the latest cycle skipped or excluded."""
     latest = ledger_records.latest_cycle(uow)
     # usage dated before the latest cycle's clamp should have been posted by it; before the first

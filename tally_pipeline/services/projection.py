@@ -20,13 +20,13 @@ to the Python fold. The SQL lives in ``store/duckdb/projection.py`` and ``store/
 from __future__ import annotations
 
 import time
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
 import orjson
 
-from tally_pipeline.core.fold import FoldEvent, FoldStart, Folded, ResourceState, fold
+from tally_pipeline.core.fold import Folded, FoldEvent, FoldStart, ResourceState, fold, fold_rows_by_resource
 from tally_pipeline.store.base import Store
 from tally_pipeline.store.projection_tables import Key, ProjectionTables, StoredFold, read_watermark
 
@@ -91,8 +91,8 @@ def _fold_pending(tables: ProjectionTables, *, full: bool) -> _Counts:
         return _Counts(count, high, refolded=count, events=pending)
     pending_events = dict(fold_rows_by_resource(tables.pending_rows(watermark, high)))
     cuts: list[tuple[Key, int]] = []
-    states: list[tuple] = []
-    intervals: list[tuple] = []
+    states: list[tuple[Any, ...]] = []
+    intervals: list[tuple[Any, ...]] = []
     resumed = 0
     late: list[Key] = []
     stored = {s.key: s for s in tables.stored(list(pending_events))}
@@ -105,6 +105,7 @@ def _fold_pending(tables: ProjectionTables, *, full: bool) -> _Counts:
         first_no = 0
         if start is not None:
             resumed += 1
+            assert prior is not None  # a resumable fold has a stored one
             first_no = _first_new_interval(prior)
             cuts.append((key, first_no))
         _add_rows(key, fold(events, start), first_no, states, intervals)
@@ -147,42 +148,21 @@ def _first_new_interval(prior: StoredFold) -> int:
     return last if prior.status == "live" else last + 1
 
 
-def _add_rows(key: Key, result: Folded, first_no: int, states: list[tuple], intervals: list[tuple]) -> None:
+def _add_rows(key: Key, result: Folded, first_no: int, states: list[tuple[Any, ...]], intervals: list[tuple[Any, ...]]) -> None:
     states.append(_state_row(key, result))
     intervals.extend(_interval_rows(key, result, first_no))
-
-
-def fold_rows_by_resource(rows: Iterable[tuple]) -> Iterator[tuple[Key, list[FoldEvent]]]:
-    """Fold rows ``(cloud, type, id, event_id, verb, occurred_at, project_id, size, seq, status)``, grouped by key."""
-    key: Key | None = None
-    batch: list[FoldEvent] = []
-    decoded: dict[str, Any] = {}  # sizes repeat (flavors): decode each text once; the fold never mutates them
-    for cloud, rtype, rid, event_id, verb, occurred_at, project_id, size, seq, status in rows:
-        row_key = (cloud, rtype, rid)
-        if row_key != key:
-            if key is not None:
-                yield key, batch
-            key, batch = row_key, []
-        if isinstance(size, str):
-            text = size
-            size = decoded.get(text)
-            if size is None:
-                size = decoded[text] = orjson.loads(text)
-        batch.append(FoldEvent(event_id, verb, occurred_at, project_id, size, seq, status))
-    if key is not None:
-        yield key, batch
 
 
 def _json(value: Any) -> str | None:
     return None if value is None else orjson.dumps(value, option=orjson.OPT_SORT_KEYS).decode()
 
 
-def _state_row(key: Key, result: Folded) -> tuple:
+def _state_row(key: Key, result: Folded) -> tuple[Any, ...]:
     s = result.state
     return (*key, s.status, s.project_id, _json(s.size), s.created_at, s.deleted_at,
             s.last_event_at, s.last_seq, s.event_count, s.platform_status)
 
 
-def _interval_rows(key: Key, result: Folded, first_no: int = 0) -> Iterator[tuple]:
+def _interval_rows(key: Key, result: Folded, first_no: int = 0) -> Iterator[tuple[Any, ...]]:
     for number, iv in enumerate(result.intervals, start=first_no):
         yield (*key, number, iv.lifecycle_no, iv.project_id, _json(iv.size), iv.start, iv.end, iv.platform_status)

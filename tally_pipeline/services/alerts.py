@@ -10,6 +10,7 @@ import orjson
 from tally_pipeline.core import alerts as rules
 from tally_pipeline.core.platform import INSUFFICIENT_SCOPE
 from tally_pipeline.core.timeutil import to_utc
+from tally_pipeline.core.type_summary import summaries_from_json
 from tally_pipeline.store import asset_reads, ledger_records, sync_runs
 from tally_pipeline.store.base import Store
 
@@ -25,11 +26,11 @@ def last_runs(store: Store) -> list[rules.LastRun]:
     counts = sync_runs.reconciled_run_counts(store)
     out = []
     for cloud, status, poll, drift, error, per_type, stuck in rows:
-        types = orjson.loads(per_type) if isinstance(per_type, str) else (per_type or {})
-        tripped = any(t.get("guard_tripped") for t in types.values())
-        unconfirmed = sum((t.get("deferred_by_reason") or {}).get("unconfirmed", 0) for t in types.values())
-        skipped = sum(sum((t.get("skipped") or {}).values()) for t in types.values())
-        narrow = sum(1 for t in types.values() if t.get("code") == INSUFFICIENT_SCOPE)
+        types = summaries_from_json(orjson.loads(per_type) if isinstance(per_type, str) else per_type).values()
+        tripped = any(t.guard_tripped for t in types)
+        unconfirmed = sum(t.deferred_by_reason.get("unconfirmed", 0) for t in types)
+        skipped = sum(t.skipped_total for t in types)
+        narrow = sum(1 for t in types if t.code == INSUFFICIENT_SCOPE)
         out.append(rules.LastRun(cloud, status, to_utc(poll), drift, error, tripped, unconfirmed, skipped, narrow,
                                  int(stuck or 0), counts.get(cloud, 0)))
     return out

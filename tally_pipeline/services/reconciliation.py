@@ -24,18 +24,21 @@ from typing import Any
 
 import orjson
 
-from tally_pipeline import projection
 from tally_pipeline.adapters.base import (
     RUN_TIME_BOUND,
     Confirmation,
     DeletedListing,
     Failed,
     PlatformAdapter,
+    TypeListing,
     list_type,
 )
 from tally_pipeline.core import reconcile as rules
+from tally_pipeline.core.errors import TallyError
 from tally_pipeline.core.timeutil import to_utc
-from tally_pipeline.ingest import Ingestor
+from tally_pipeline.core.type_summary import TypeSummary
+from tally_pipeline.services import projection
+from tally_pipeline.services.ingest import Ingestor
 from tally_pipeline.store import sync_runs as runs_sql
 from tally_pipeline.store.base import Store
 
@@ -56,7 +59,7 @@ def leases_of(lock_lease: float = LOCK_LEASE_S) -> runs_sql.Leases:
     return runs_sql.Leases(renewal=timedelta(seconds=lock_lease), reservation=RESERVATION_LEASE)
 
 
-class SyncInProgress(RuntimeError):
+class SyncInProgress(TallyError, RuntimeError):
     """Another run holds the cloud's lock; ``run_id`` names it when known."""
 
     def __init__(self, message: str, run_id: str | None = None):
@@ -64,7 +67,7 @@ class SyncInProgress(RuntimeError):
         self.run_id = run_id
 
 
-class LockLost(RuntimeError):
+class LockLost(TallyError, RuntimeError):
     """The run's lock expired or was taken over (its renewals failed for a whole lease): it stops writing."""
 
 
@@ -78,7 +81,7 @@ class SyncRun:
     tick: datetime | None = None  # the instant the run is named after (a schedule's tick)
     finished_at: datetime | None = None
     status: str = "running"
-    per_type: dict[str, Any] = field(default_factory=dict)
+    per_type: dict[str, TypeSummary] = field(default_factory=dict)
     error: str | None = None
     created: int = 0
     updated: int = 0
@@ -100,12 +103,13 @@ class SyncRun:
 
     def as_json(self) -> dict[str, Any]:
         out = {k: v for k, v in self.__dict__.items() if k not in ("deferrals",)}
+        out["per_type"] = {t: s.as_json() for t, s in self.per_type.items()}
         out["deferrals_by_reason"] = self.deferrals_by_reason()
         return out
 
     def as_row(self) -> dict[str, Any]:
         row = {k: v for k, v in self.__dict__.items() if k in runs_sql.RUN_COLUMNS}
-        row["per_type"] = orjson.dumps(self.per_type).decode()
+        row["per_type"] = orjson.dumps({t: s.as_json() for t, s in self.per_type.items()}).decode()
         return row
 
     def deferrals_by_reason(self) -> dict[str, int]:
@@ -306,7 +310,7 @@ def _reconcile(store: Store, ingestor: Ingestor, adapter: PlatformAdapter, run: 
     cloud = run.cloud
     types = [t for t in adapter.resource_types if t in ingestor.registry]
     polls: dict[str, datetime] = {}
-    listings = []
+    listings: list[TypeListing] = []
     observed_at = getattr(adapter, "observed_at", None)
     for rtype in types:
         began = to_utc(observe())
@@ -400,26 +404,28 @@ def _summarise(run: SyncRun, first: rules.Plan, last: rules.Plan, stored: dict[s
         counts = stored.get(rtype, {})
         deferred = deferred_by_type.get(rtype, {})
         skipped = last.types[rtype].skipped if rtype in last.types else o.skipped
-        run.per_type[rtype] = {
-            "status": o.status, "listed": o.listed, "reason": o.reason, "live_before": o.live_before,
-            "poll_time": o.poll_time.isoformat() if o.poll_time else None,
-            "created": counts.get("created", 0), "updated": counts.get("updated", 0),
-            "deleted": counts.get("deleted", 0), "recovered": counts.get("recovered", 0),
-            "corrections": sum(n for k, n in counts.items() if k != "stuck_transition"),
-            "deferred": sum(deferred.values()), "deferred_by_reason": dict(sorted(deferred.items())),
-            "unknown": o.unknown, "skipped": dict(sorted(skipped.items())),
-            "guard_tripped": o.guard_tripped, "code": o.code,
-            "never_ran": dict(sorted(o.never_ran.items())), "stuck_transition": counts.get("stuck_transition", 0),
-            "restarts": o.restarts,
-        }
-    for key in ("created", "updated", "deleted", "recovered", "deferred", "stuck_transition"):
-        setattr(run, key, sum(t[key] for t in run.per_type.values()))
-    run.unconfirmed = sum(t["deferred_by_reason"].get("unconfirmed", 0) for t in run.per_type.values())
-    run.skipped = sum(sum(t["skipped"].values()) for t in run.per_type.values())
+        run.per_type[rtype] = TypeSummary(
+            status=o.status, listed=o.listed, reason=o.reason, live_before=o.live_before,
+            poll_time=o.poll_time.isoformat() if o.poll_time else None,
+            created=counts.get("created", 0), updated=counts.get("updated", 0),
+            deleted=counts.get("deleted", 0), recovered=counts.get("recovered", 0),
+            corrections=sum(n for k, n in counts.items() if k != "stuck_transition"),
+            deferred=sum(deferred.values()), deferred_by_reason=dict(sorted(deferred.items())),
+            unknown=o.unknown, skipped=dict(sorted(skipped.items())),
+            guard_tripped=o.guard_tripped, code=o.code,
+            never_ran=dict(sorted(o.never_ran.items())), stuck_transition=counts.get("stuck_transition", 0),
+            restarts=o.restarts,
+        )
+    types = run.per_type.values()
+    run.created, run.updated = sum(t.created for t in types), sum(t.updated for t in types)
+    run.deleted, run.recovered = sum(t.deleted for t in types), sum(t.recovered for t in types)
+    run.deferred, run.stuck_transition = sum(t.deferred for t in types), sum(t.stuck_transition for t in types)
+    run.unconfirmed = sum(t.deferred_by_reason.get("unconfirmed", 0) for t in types)
+    run.skipped = sum(t.skipped_total for t in types)
     run.live_before = sum(o.live_before for o in first.types.values())
     # Drift: the share of the live resources before the run that it corrected or held behind the
     # guard. A first load (the projection knew nothing of the cloud) is not drift: everything is new.
-    guard = sum(t["deferred_by_reason"].get("mass_delete_guard", 0) for t in run.per_type.values())
+    guard = sum(t.deferred_by_reason.get("mass_delete_guard", 0) for t in types)
     changed = run.created + run.updated + run.deleted + run.recovered + guard
     run.drift = 0.0 if run.first_load else round(changed / max(1, run.live_before), 6)
     failed = [t for t, o in first.types.items() if o.status == "failed"]

@@ -12,7 +12,7 @@ from typing import Any
 
 import orjson
 
-from tally_pipeline import projection
+from tally_pipeline.services import projection
 from tally_pipeline.store import resource_reads
 from tally_pipeline.store.base import Store
 from tally_pipeline.store.resource_reads import ResourceKey

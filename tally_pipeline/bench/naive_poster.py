@@ -7,14 +7,15 @@ implementation does. The benchmark runs it on the same data; a test holds both t
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 from datetime import datetime, timedelta
 
 from tally_pipeline.core.ledger import CycleWindow, EntityKey
 from tally_pipeline.core.registry import SizeSchemaRegistry
-from tally_pipeline.ledger.poster import CycleResult, _prepare, post_batch
-from tally_pipeline.store.ledger_checkpoints import open_checkpoints
+from tally_pipeline.services.ledger.poster import BatchOutcome, CycleResult, _prepare, post_batch
 from tally_pipeline.store.base import Store, UnitOfWork
+from tally_pipeline.store.ledger_checkpoints import open_checkpoints
 
 
 def post_usage_naively(
@@ -31,10 +32,10 @@ def post_usage_naively(
     cycle = _prepare(store, registry, window, None, None)
     result = CycleResult(cycle.cycle_id, window.now, window.clamp, window.window_start, entities=len(keys))
 
-    def one(uow: UnitOfWork, key: EntityKey):
+    def one(uow: UnitOfWork, key: EntityKey) -> BatchOutcome:
         open_checkpoints(uow, cycle.sql, [key])  # the poster's own statement: one writer of the checkpoints
         return post_batch(uow, cycle, [key])
 
     for key in keys:
-        result.merge(store.run(lambda uow, key=key: one(uow, key)))
+        result.merge(store.run(functools.partial(one, key=key)))
     return result

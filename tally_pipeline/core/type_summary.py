@@ -1,0 +1,50 @@
+"""What one reconciliation run did for one resource type: the ``per_type`` entries of ``sync_runs``.
+
+Written by the run, stored as JSON in ``sync_runs.per_type`` and read back by the alerts, the CLI and
+the Dagster metadata: one type for all of them, so a field cannot be misspelled in one reader.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field, fields
+from typing import Any, Literal
+
+
+@dataclass
+class TypeSummary:
+    status: Literal["enumerated", "failed"]
+    listed: int = 0
+    reason: str | None = None
+    live_before: int = 0
+    poll_time: str | None = None  # RFC 3339, as stored
+    created: int = 0
+    updated: int = 0
+    deleted: int = 0
+    recovered: int = 0
+    corrections: int = 0
+    deferred: int = 0
+    deferred_by_reason: dict[str, int] = field(default_factory=dict)
+    unknown: int = 0
+    skipped: dict[str, int] = field(default_factory=dict)  # listed but unreadable, by reason
+    guard_tripped: bool = False
+    code: str | None = None  # a failed type's code (``insufficient_scope``, ``run_time_bound``, ...)
+    never_ran: dict[str, int] = field(default_factory=dict)  # failed builds not billed, by why
+    stuck_transition: int = 0
+    restarts: int = 0
+
+    @property
+    def skipped_total(self) -> int:
+        return sum(self.skipped.values())
+
+    def as_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> TypeSummary:
+        """Read a stored entry; keys an older run did not write take their defaults, unknown keys are dropped."""
+        known = {f.name for f in fields(cls)}
+        return cls(**{k: v for k, v in data.items() if k in known})
+
+
+def summaries_from_json(data: dict[str, Any] | None) -> dict[str, TypeSummary]:
+    return {rtype: TypeSummary.from_json(entry) for rtype, entry in (data or {}).items()}

@@ -8,9 +8,7 @@ row locks, so a refresh waiting for it never sits between two batches that wait 
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
 from datetime import datetime
-from typing import Any
 
 from tally_pipeline.store.base import UnitOfWork
 from tally_pipeline.store.projection_tables import Key
@@ -35,8 +33,3 @@ def late_resources(uow: UnitOfWork, since: int, upto: int, before: datetime) -> 
         (since, upto, before),
     )
     return [(cloud, rtype, rid) for cloud, rtype, rid in rows]
-
-
-def histories(uow: UnitOfWork, sql: UsageSQL, keys: Sequence[Key]) -> Iterator[tuple[Any, ...]]:
-    """The resources' whole histories as fold rows, grouped by resource (the projection's own read)."""
-    return sql.histories(uow, keys)

@@ -45,7 +45,7 @@ def late_usage(
         return {}
     meters = list(meters)
     out: dict[EntityKey, int] = {}
-    for (cloud, resource_type, _), events in fold_rows_by_resource(ledger_late.histories(uow, sql, keys)):
+    for (cloud, resource_type, _), events in fold_rows_by_resource(sql.histories(uow, keys)):
         moved = usage_moved(meters, cloud, resource_type, _intervals_as_of(events, upto),
                             _intervals_as_of(events, since), start, end)
         for key, micro in moved.items():

@@ -1,9 +1,9 @@
 """The embedded default: a DuckDB file, opened while this process has work for it.
 
-A DuckDB file admits one process at a time (even read-only), so nothing here keeps it open when
-idle. Within a process the file has one owner, ``SharedFile``: the first unit of work opens it
-(retrying with backoff while another process holds the lock), every thread's unit works on its own
-cursor of that one connection, and the last one out closes it. Opening and closing the file from
+A DuckDB file admits one process at a time (even read-only), so nothing here keeps it open for
+long when idle. Within a process the file has one owner, ``SharedFile``: the first unit of work opens
+it (retrying with backoff while another process holds the lock), every thread's unit works on its own
+cursor of that one connection, and it closes once nobody has used it for a moment. Opening and closing the file from
 several threads at once (one connection per request) broke DuckDB's catalog: a post beside a health
 check failed with "python_arrow_scan does not exist". ``:memory:`` keeps one database for the life of
 the store (tests, benchmarks).
@@ -11,6 +11,7 @@ the store (tests, benchmarks).
 
 from __future__ import annotations
 
+import atexit
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -63,17 +64,29 @@ class SharedFile:
 
     Every store object on the same file shares it (and its write lock), so two stores in one process
     queue their writers instead of racing them into a conflict at commit.
+
+    The connection outlives its last user by ``linger_s``: each close checkpoints the file, and a
+    checkpoint rewrites the table's last row group whole, so closing after every unit of work made a
+    burst of small writes (a post and its dead-letter rows, an ingest then a refresh) cost more the
+    larger the tables grew. A connection held ``max_hold_s`` closes at its next idle moment however
+    busy this process is, so another process waiting for the file still gets its turn.
     """
 
     _by_path: dict[str, SharedFile] = {}
     _registry_lock = threading.Lock()
+    linger_s = 0.5
+    max_hold_s = 5.0
 
     def __init__(self, path: str):
         self.path = path
         self.write_lock = threading.RLock()  # one writer at a time in this process: a short wait, not an abort
         self._lock = threading.Lock()
+        self._idle = threading.Condition(self._lock)
         self._con: duckdb.DuckDBPyConnection | None = None
         self._users = 0
+        self._opened_at = 0.0
+        self._idle_since = 0.0
+        self._closer: threading.Thread | None = None
 
     @classmethod
     def of(cls, path: str) -> SharedFile:
@@ -90,6 +103,7 @@ class SharedFile:
         with self._lock:
             if self._con is None:
                 self._con = open_file()  # may wait for another process: every thread here needs the file anyway
+                self._opened_at = time.monotonic()
             self._users += 1
             con = self._con
         try:
@@ -102,8 +116,52 @@ class SharedFile:
             with self._lock:
                 self._users -= 1
                 if self._users == 0 and self._con is not None:
-                    self._con.close()  # idle: let other processes in
-                    self._con = None
+                    self._idle_since = time.monotonic()
+                    if self._idle_since - self._opened_at >= self.max_hold_s or self.linger_s <= 0:
+                        self._close_locked()  # held long enough: let other processes in now
+                    else:
+                        self._start_closer()
+                        self._idle.notify()
+
+    def close_if_idle(self) -> None:
+        """Close the connection now unless a thread is using it (a store closed, the process ending)."""
+        with self._lock:
+            if self._users == 0:
+                self._close_locked()
+
+    def _close_locked(self) -> None:
+        if self._con is not None:
+            self._con.close()
+            self._con = None
+
+    def _start_closer(self) -> None:
+        if self._closer is None:
+            self._closer = threading.Thread(target=self._close_when_idle, name=f"duckdb-closer {self.path}",
+                                            daemon=True)
+            self._closer.start()
+
+    def _close_when_idle(self) -> None:
+        with self._lock:
+            while True:
+                if self._con is None or self._users:
+                    self._idle.wait()
+                    continue
+                left = self._idle_since + self.linger_s - time.monotonic()
+                if left > 0:
+                    self._idle.wait(left)
+                    continue
+                self._close_locked()
+
+    @classmethod
+    def close_all_idle(cls) -> None:
+        with cls._registry_lock:
+            shared = list(cls._by_path.values())
+        for one in shared:
+            one.close_if_idle()
+
+
+# A connection still lingering at exit is closed (and its file checkpointed) before the interpreter goes.
+atexit.register(SharedFile.close_all_idle)
 
 
 def _is_lock_error(exc: Exception) -> bool:
@@ -347,3 +405,5 @@ class DuckDBStore(Store):
         if self._memory is not None:
             self._memory.close()
             self._memory = None
+        elif self._shared is not None:
+            self._shared.close_if_idle()

@@ -89,3 +89,31 @@ def bench_reconcile(sizes: tuple[int, ...], database: str) -> None:
     from tally_pipeline.bench import reconcile
 
     click.echo(json.dumps(reconcile.run(sizes=sorted(sizes), database=database), indent=2))
+
+
+@click.command("dead-letter")
+@click.option("--rows", type=click.IntRange(min=10), default=2000, show_default=True)
+@click.option("--item-kb", type=click.IntRange(min=1), default=100, show_default=True,
+              help="Size of each refused item.")
+@click.option("--database", default=None, help="Where to write (default: a fresh DuckDB file in a temporary folder).")
+@click.option("--linger", type=click.FloatRange(min=0), default=None,
+              help="DuckDB: seconds the file stays open after its last use (0: closed after every unit of work, "
+                   "as before 0.5 s was the default).")
+def bench_dead_letter(rows: int, item_kb: int, database: str | None, linger: float | None) -> None:
+    """One rejected item at a time: its write latency as the dead letter grows."""
+    import tempfile
+    from pathlib import Path
+
+    from tqdm import tqdm
+
+    from tally_pipeline.bench import dead_letter
+    from tally_pipeline.store.duckdb.store import SharedFile
+
+    if linger is not None:
+        SharedFile.linger_s = linger
+    with tempfile.TemporaryDirectory(prefix="tally-bench-") as folder:
+        url = database or f"duckdb://{Path(folder) / 'tally.duckdb'}"
+        with tqdm(total=rows, desc="rejected items", unit="item", leave=False) as bar:
+            report = dead_letter.run(url, rows=rows, item_kb=item_kb, progress=bar.update)
+    report["linger_s"] = SharedFile.linger_s if url.startswith("duckdb://") else None
+    click.echo(json.dumps(report, indent=2))

@@ -154,6 +154,8 @@ class FakeOpenStack:
         if resource_type not in SERVICES:
             raise ValueError(f"unknown resource type {resource_type!r}")
         fault = Fault(kind, after_pages, times, retry_after=retry_after)
+        if kind == "hold":
+            self._released.clear()  # a new hold holds, whatever an earlier release let go
         with self._lock:
             (self._show_faults if on == "show" else self._faults)[resource_type] = fault
         return fault

@@ -4,8 +4,8 @@ one sync at a time (409 names the running one), an ``Idempotency-Key`` makes a r
 run (after a restart too), ``?wait`` answers the finished run, and a server that stops mid-sync
 records the run failed instead of leaving it ``running``.
 
-The OpenStack cloud is the project's fake over HTTP: a listing made to hang keeps a run ``running``
-for as long as a test needs, without any sleep.
+The OpenStack cloud is the project's fake over HTTP: a listing held keeps a run ``running`` for as long
+as a test needs, without any sleep, and answers when released.
 """
 
 from __future__ import annotations
@@ -174,7 +174,7 @@ def test_a_failing_platform_gives_a_failed_run_with_its_error(api: SyncApi) -> N
 
 
 def test_two_concurrent_posts_for_one_cloud_give_one_run_and_one_409(api: SyncApi) -> None:
-    api.fake.inject("volume", "timeout")  # the run's listing hangs: it stays running until cleared
+    api.fake.inject("volume", "hold")  # the run's listing hangs: it stays running until released
     try:
         answers = _at_once(lambda: api.post("held"), lambda: api.post("held"))
         assert sorted(a.status_code for a in answers) == [202, 409], [a.text for a in answers]
@@ -188,7 +188,8 @@ def test_two_concurrent_posts_for_one_cloud_give_one_run_and_one_409(api: SyncAp
         assert running.status_code == 200 and running.json()["status"] == "running"
         assert api.post("held").status_code == 409  # still one run at a time
     finally:
-        api.fake.clear_faults()  # the client gives up on the hung page and retries it: now it answers
+        api.fake.clear_faults()
+        api.fake.release_held()  # the held page answers: the run goes on
     finished = api.follow(started.headers["location"])
     assert finished["status"] == "succeeded" and finished["created"] == 3
     assert [r[0] for r in api.rows("held")] == [run_id]
@@ -287,7 +288,7 @@ def test_sync_remote_follows_a_run_already_going_instead_of_failing(api: SyncApi
     config = tmp_path / "remote.yaml"
     config.write_text(yaml.safe_dump({"clouds": {"held": {"provider": "simulated"}}}))
     api.fake.clear_requests()
-    api.fake.inject("volume", "timeout")
+    api.fake.inject("volume", "hold")
     follower = None
     try:
         started = api.post("held")  # someone else's run (a Dagster schedule's, an operator's)
@@ -302,6 +303,7 @@ def test_sync_remote_follows_a_run_already_going_instead_of_failing(api: SyncApi
         assert said == f"held: run {started.json()['run_id']} was already going: following it\n", said
     finally:
         api.fake.clear_faults()
+        api.fake.release_held()
     assert follower is not None
     out, err = follower.communicate(timeout=120)
     assert follower.returncode == 0, (out, err)

@@ -180,6 +180,28 @@ def test_layer_check_sees_an_upward_import() -> None:
     assert _upward_imports(graph) == {"tally_pipeline.store.x": ["tally_pipeline.services.y"]}
 
 
+def _cross_domain_imports(graph: dict[str, set[str]]) -> dict[str, list[str]]:
+    """Imports from one ``defs/`` domain into another's modules (what they share lives in orchestration/)."""
+    def domain(module: str) -> str | None:
+        parts = module.split(".")
+        return parts[2] if len(parts) > 3 and parts[1] == "defs" else None
+
+    found = {m: sorted(d for d in deps if domain(d) not in (None, domain(m)))
+             for m, deps in graph.items() if domain(m) is not None}
+    return {m: deps for m, deps in found.items() if deps}
+
+
+def test_no_defs_domain_imports_another() -> None:
+    assert _cross_domain_imports(_graph()) == {}
+
+
+def test_cross_domain_check_sees_one() -> None:
+    graph = {"tally_pipeline.defs.usage.assets": {"tally_pipeline.defs.projection.refresh",
+                                                  "tally_pipeline.defs.usage.schedules",
+                                                  "tally_pipeline.orchestration.projection_refresh"}}
+    assert _cross_domain_imports(graph) == {"tally_pipeline.defs.usage.assets": ["tally_pipeline.defs.projection.refresh"]}
+
+
 def test_the_root_keeps_only_entry_points_and_wiring() -> None:
     root = sorted(p.stem for p in PACKAGE.glob("*.py"))
     assert root == ["__init__", "__main__", "cli", "config", "definitions", "demo", "demo_report",

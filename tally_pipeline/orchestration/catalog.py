@@ -1,5 +1,8 @@
 """The catalog policy, applied to every asset of the code location: kinds name the configured database
-(and the clouds' providers), and each table-backed asset carries its table name and column schema."""
+(and the clouds' providers), and each table-backed asset carries its table name and column schema.
+
+Kinds are declared here only: an asset's own definition names just what else it is (``json`` for the
+landing files), never the database, which depends on the config."""
 
 from __future__ import annotations
 

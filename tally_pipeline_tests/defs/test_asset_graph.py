@@ -68,3 +68,15 @@ def test_asset_graph_matches_the_snapshot(tmp_path: Path) -> None:
 def test_the_snapshot_sees_a_changed_graph(tmp_path: Path) -> None:
     """The dump is not blind: another cloud list is another graph (the reconciliation's partitions)."""
     assert graph_of(_defs(tmp_path, ["c1"])) != graph_of(_defs(tmp_path, ["c1", "c2"]))
+
+
+def test_no_definition_names_a_database_kind() -> None:
+    """Kinds that depend on the config (the database) are added by the catalog policy only."""
+    import re
+
+    from tally_pipeline import defs as defs_package
+
+    defs_folder = Path(defs_package.__file__).parent
+    declared = {str(p.relative_to(defs_folder)): found for p in sorted(defs_folder.rglob("*.py"))
+                if (found := re.findall(r"kinds=\{[^}]*\"(?:duckdb|postgres|python)\"", p.read_text(encoding="utf-8")))}
+    assert declared == {}

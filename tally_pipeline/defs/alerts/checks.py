@@ -2,7 +2,7 @@
 
 import dagster as dg
 
-from tally_pipeline.defs.alerts.states import ALERTS, check_metadata, states
+from tally_pipeline.orchestration.alert_states import ALERTS, check_metadata, states
 from tally_pipeline.orchestration.resources import TallyStore
 
 

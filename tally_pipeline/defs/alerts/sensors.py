@@ -10,7 +10,7 @@ import json
 
 import dagster as dg
 
-from tally_pipeline.defs.alerts.states import ALERTS, evaluation, states
+from tally_pipeline.orchestration.alert_states import ALERTS, evaluation, states
 from tally_pipeline.orchestration.resources import TallyStore
 
 

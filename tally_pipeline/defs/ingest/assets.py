@@ -2,17 +2,21 @@
 
 import dagster as dg
 
-from tally_pipeline.defs.alerts.states import report
-from tally_pipeline.defs.ingest.metadata import cloud_activity_metadata, dead_letter_metadata, event_log_metadata
+from tally_pipeline.orchestration.alert_states import report
 from tally_pipeline.orchestration.conditions import RECORDED_BY_WRITERS
 from tally_pipeline.orchestration.failures import cause_first
 from tally_pipeline.orchestration.resources import TallyStore
+from tally_pipeline.orchestration.table_metadata import (
+    cloud_activity_metadata,
+    dead_letter_metadata,
+    event_log_metadata,
+)
 
 
 @dg.multi_asset(
     specs=[
         dg.AssetSpec(
-            "event_log", group_name="ingest", kinds={"duckdb", "postgres"}, deps=["raw_event_batches"],
+            "event_log", group_name="ingest", deps=["raw_event_batches"],
             automation_condition=RECORDED_BY_WRITERS,
             description=(
                 "The event log (table events): one row per distinct event_id, written only by the ingest core — by "
@@ -21,7 +25,7 @@ from tally_pipeline.orchestration.resources import TallyStore
             ),
         ),
         dg.AssetSpec(
-            "cloud_activity", group_name="ingest", kinds={"duckdb", "postgres"}, deps=["raw_event_batches"],
+            "cloud_activity", group_name="ingest", deps=["raw_event_batches"],
             automation_condition=RECORDED_BY_WRITERS,
             description=(
                 "Per cloud: first and last collector event stored, counts by source; kept by the ingest transaction. "
@@ -39,7 +43,6 @@ def event_log(context: dg.AssetExecutionContext, store: TallyStore):
 
 @dg.asset(
     group_name="ingest",
-    kinds={"duckdb", "postgres"},
     deps=["raw_event_batches"],
     automation_condition=RECORDED_BY_WRITERS,
     description="The dead letter (table rejected_events): every refused item or body, with its reason and raw form.",

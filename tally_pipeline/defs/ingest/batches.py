@@ -3,14 +3,18 @@ start at the config's ``first_day``."""
 
 import dagster as dg
 
-from tally_pipeline.defs.alerts.states import report
 from tally_pipeline.defs.ingest.landing_folders import landing_files
-from tally_pipeline.defs.ingest.metadata import cloud_activity_metadata, dead_letter_metadata, event_log_metadata
 from tally_pipeline.orchestration import location
+from tally_pipeline.orchestration.alert_states import report
 from tally_pipeline.orchestration.failures import cause_first
 from tally_pipeline.orchestration.metadata import md_table
 from tally_pipeline.orchestration.partitions import daily_partitions
 from tally_pipeline.orchestration.resources import TallyStore
+from tally_pipeline.orchestration.table_metadata import (
+    cloud_activity_metadata,
+    dead_letter_metadata,
+    event_log_metadata,
+)
 from tally_pipeline.orchestration.tags import POOL
 
 

@@ -6,11 +6,15 @@ from datetime import UTC, datetime, timedelta
 
 import dagster as dg
 
-from tally_pipeline.defs.alerts.states import evaluation, states
 from tally_pipeline.defs.ingest.jobs import landing_job
 from tally_pipeline.defs.ingest.landing_folders import file_signature, landing_files, read_landing_cursor
-from tally_pipeline.defs.ingest.metadata import cloud_activity_metadata, dead_letter_metadata, event_log_metadata
+from tally_pipeline.orchestration.alert_states import evaluation, states
 from tally_pipeline.orchestration.resources import TallyStore
+from tally_pipeline.orchestration.table_metadata import (
+    cloud_activity_metadata,
+    dead_letter_metadata,
+    event_log_metadata,
+)
 
 # Cursor keys of folders the sensor leaves alone (a file's key is "YYYY-MM-DD/name", never this).
 IGNORED = "ignored:"

@@ -4,9 +4,9 @@
 import dagster as dg
 
 from tally_pipeline.core.timeutil import format_rfc3339, parse_rfc3339, to_utc
-from tally_pipeline.defs.projection.refresh import refresh_and_report
 from tally_pipeline.orchestration.failures import cause_first
 from tally_pipeline.orchestration.metadata import md_table
+from tally_pipeline.orchestration.projection_refresh import refresh_and_report
 from tally_pipeline.orchestration.resources import Clock, Ledger
 from tally_pipeline.orchestration.snapshot import write_analyst_snapshot
 from tally_pipeline.orchestration.tags import NOW, POOL
@@ -14,7 +14,6 @@ from tally_pipeline.orchestration.tags import NOW, POOL
 
 @dg.asset(
     group_name="ledger",
-    kinds={"postgres", "duckdb"},
     deps=["resource_intervals"],
     check_specs=[dg.AssetCheckSpec("ledger_balanced", asset="ledger_audit", blocking=True,
                                    description="Every entity's postings sum to its checkpoint (else ERROR: blocks posting), and "
@@ -50,17 +49,17 @@ def ledger_audit(context: dg.AssetExecutionContext, ledger: Ledger):
 
 @dg.multi_asset(
     specs=[
-        dg.AssetSpec("ledger_postings", group_name="ledger", kinds={"postgres", "duckdb"},
+        dg.AssetSpec("ledger_postings", group_name="ledger",
                      deps=["ledger_audit", "resource_intervals"],
                      description="Signed postings per (cloud, project, meter) and clamp, in accounts usage and aged_out."),
-        dg.AssetSpec("usage_checkpoints", group_name="ledger", kinds={"postgres", "duckdb"},
+        dg.AssetSpec("usage_checkpoints", group_name="ledger",
                      deps=["ledger_audit", "resource_intervals"],
                      description="Per entity: cumulative usage posted through its clamp."),
-        dg.AssetSpec("ledger_cycles", group_name="ledger", kinds={"postgres", "duckdb"},
+        dg.AssetSpec("ledger_cycles", group_name="ledger",
                      deps=["ledger_audit", "resource_intervals"],
                      description="One row per posting cycle: its now and clamp, entities posted, skipped and "
                                  "posted with excluded intervals."),
-        dg.AssetSpec("ledger_skips", group_name="ledger", kinds={"postgres", "duckdb"},
+        dg.AssetSpec("ledger_skips", group_name="ledger",
                      deps=["ledger_audit", "resource_intervals"],
                      description="Per cycle, each entity skipped or posted without some intervals, and why "
                                  "(the ledger_entities_skipped alert reads the latest cycle's)."),

@@ -2,9 +2,9 @@
 
 import dagster as dg
 
-from tally_pipeline.defs.projection.refresh import projection_metadata
 from tally_pipeline.orchestration.conditions import FOLLOWS_EVENTS
 from tally_pipeline.orchestration.failures import cause_first
+from tally_pipeline.orchestration.projection_refresh import projection_metadata
 from tally_pipeline.orchestration.resources import TallyStore
 from tally_pipeline.orchestration.snapshot import write_analyst_snapshot
 from tally_pipeline.orchestration.tags import POOL
@@ -13,17 +13,17 @@ from tally_pipeline.orchestration.tags import POOL
 @dg.multi_asset(
     specs=[
         dg.AssetSpec(
-            "current_resources", group_name="projection", kinds={"duckdb", "postgres"}, deps=["event_log"],
+            "current_resources", group_name="projection", deps=["event_log"],
             automation_condition=FOLLOWS_EVENTS,
             description="One row per resource: live, deleted or unborn, with project, size, lifecycle times.",
         ),
         dg.AssetSpec(
-            "resource_intervals", group_name="projection", kinds={"duckdb", "postgres"}, deps=["event_log"],
+            "resource_intervals", group_name="projection", deps=["event_log"],
             automation_condition=FOLLOWS_EVENTS,
             description="Each resource's lifecycle: [start, end) intervals with project and size (docs/projection.md).",
         ),
         dg.AssetSpec(
-            "projection_state", group_name="projection", kinds={"duckdb", "postgres"}, deps=["event_log"],
+            "projection_state", group_name="projection", deps=["event_log"],
             automation_condition=FOLLOWS_EVENTS,
             description="The fold's watermark: every event with seq up to it is folded into the two projection tables.",
         ),

@@ -9,16 +9,16 @@ from datetime import UTC, datetime
 import dagster as dg
 
 from tally_pipeline.core.timeutil import format_rfc3339, parse_rfc3339, to_utc
-from tally_pipeline.defs.alerts.states import SYNC_CHECKS, report
-from tally_pipeline.defs.ingest.metadata import cloud_activity_metadata, event_log_metadata
-from tally_pipeline.defs.projection.refresh import report_refresh
 from tally_pipeline.defs.reconciliation.requests import follow_up_requests, reconciliation_requests
 from tally_pipeline.orchestration import location
+from tally_pipeline.orchestration.alert_states import SYNC_CHECKS, report
 from tally_pipeline.orchestration.failures import cause_first
 from tally_pipeline.orchestration.metadata import md_table
 from tally_pipeline.orchestration.partitions import cloud_partitions
+from tally_pipeline.orchestration.projection_refresh import report_refresh
 from tally_pipeline.orchestration.resources import AdapterSource, Clock, TallyStore
 from tally_pipeline.orchestration.runtimes import config_changes
+from tally_pipeline.orchestration.table_metadata import cloud_activity_metadata, event_log_metadata
 from tally_pipeline.orchestration.tags import CLOUD, POLL_TIME, POOL, RUN_KEY, SYNC_RUN_ID, SYNC_STATUS
 
 
@@ -128,7 +128,7 @@ def reconciliation_defs(clouds: list[str]) -> dg.Definitions:
     @dg.multi_asset(
         specs=[
             dg.AssetSpec(
-                "sync_runs", group_name="reconciliation", kinds={"python"}, partitions_def=partitions,
+                "sync_runs", group_name="reconciliation", partitions_def=partitions,
                 deps=["current_resources", "resource_intervals"],  # the diff reads the projection
                 description=(
                     "One reconciliation run per cloud partition: list the platform, diff against the projection, "
@@ -138,7 +138,7 @@ def reconciliation_defs(clouds: list[str]) -> dg.Definitions:
                 ),
             ),
             dg.AssetSpec(
-                "sync_deferrals", group_name="reconciliation", kinds={"python"}, partitions_def=partitions,
+                "sync_deferrals", group_name="reconciliation", partitions_def=partitions,
                 deps=["current_resources", "resource_intervals"],  # the same diff decides what it defers
                 description=(
                     "What each sync deferred instead of correcting (in transition, inside the settle window, held by "

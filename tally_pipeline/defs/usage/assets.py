@@ -7,11 +7,11 @@ from datetime import date
 import dagster as dg
 
 from tally_pipeline.core.timeutil import to_utc
-from tally_pipeline.defs.projection.refresh import refresh_and_report
 from tally_pipeline.orchestration import location
 from tally_pipeline.orchestration.failures import cause_first
 from tally_pipeline.orchestration.metadata import md_table
 from tally_pipeline.orchestration.partitions import daily_partitions
+from tally_pipeline.orchestration.projection_refresh import refresh_and_report
 from tally_pipeline.orchestration.resources import Clock, TallyStore
 from tally_pipeline.orchestration.tags import POOL
 
@@ -25,7 +25,6 @@ def usage() -> dg.Definitions:
 def usage_daily_asset(partitions: dg.DailyPartitionsDefinition) -> dg.AssetsDefinition:
     @dg.asset(
         group_name="usage",
-        kinds={"duckdb", "postgres"},
         partitions_def=partitions,
         backfill_policy=dg.BackfillPolicy.single_run(),
         deps=["resource_intervals"],

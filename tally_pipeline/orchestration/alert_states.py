@@ -1,4 +1,4 @@
-"""The alerts' check states, over the conditions in core/alerts.py (checks.py and sensors.py report them).
+"""The alerts' check states, over the conditions in core/alerts.py (defs/alerts/checks.py and sensors.py report them).
 
 The state of a check is reported wherever it can change, so the asset page always shows the current
 one: each alert sensor reports it on every tick (logging only changes); every sync run reports the three

@@ -97,9 +97,9 @@ def test_the_daily_job_applies_the_configured_retention(store_url, registry, tmp
     rt.close()
     resources = {**default_resources(str(config)), "clock": FixedClock(T0 + timedelta(days=12))}
     defs = build_definitions([], resources)
-    schedule = defs.resolve_schedule_def("dead_letter_retention_job_schedule")
-    assert schedule.job_name == "dead_letter_retention_job" and schedule.cron_schedule == "40 3 * * *"
-    result = defs.resolve_job_def("dead_letter_retention_job").execute_in_process()
+    schedule = defs.resolve_schedule_def("dead_letter_retention_schedule")
+    assert schedule.job_name == "dead_letter_retention" and schedule.cron_schedule == "40 3 * * *"
+    result = defs.resolve_job_def("dead_letter_retention").execute_in_process()
     assert result.success and result.output_for_node("purge_dead_letter_op") == 1
     with open_store(store_url) as store:
         assert [json.loads(r.raw) for r in store.rejected()] == [{"junk": 2}]

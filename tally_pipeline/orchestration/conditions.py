@@ -13,7 +13,7 @@ FOLLOWS_EVENTS = dg.AutomationCondition.eager().replace("newly_missing", dg.Auto
 EVENT_LOG = FOLLOWS_EVENTS.without(~dg.AutomationCondition.any_deps_missing())  # type: ignore[attr-defined]
 
 # The ingest tables (event_log, cloud_activity, dead_letter) are recorded by whoever writes them — a
-# landing run, the api_writes sensor, a sync — so automation only fills in one that was never
+# landing run, the api_writes_sensor, a sync — so automation only fills in one that was never
 # materialized: it never launches a run that records nothing new (a dead_letter run of 0 new rows).
 RECORDED_BY_WRITERS = (
     dg.AutomationCondition.missing().since_last_handled() & ~dg.AutomationCondition.in_progress()

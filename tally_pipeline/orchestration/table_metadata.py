@@ -1,5 +1,5 @@
 """What the UI shows about the ingest tables, recorded with each materialization of them (by the
-ingest assets, the api_writes sensor and every sync run)."""
+ingest assets, the api_writes_sensor and every sync run)."""
 
 from typing import Any
 

@@ -80,3 +80,41 @@ def test_no_definition_names_a_database_kind() -> None:
     declared = {str(p.relative_to(defs_folder)): found for p in sorted(defs_folder.rglob("*.py"))
                 if (found := re.findall(r"kinds=\{[^}]*\"(?:duckdb|postgres|python)\"", p.read_text(encoding="utf-8")))}
     assert declared == {}
+
+
+def naming_faults(defs: dg.Definitions) -> list[str]:
+    """The naming rule (docs/operations.md): a job is named for its work, with ``_job`` only where that is an
+    asset's own name; a schedule is its job's work (the name without ``_job``) and ``_schedule``; a sensor says what it watches, then ``_sensor``."""
+    repo = defs.get_repository_def()
+    assets = {k.to_user_string() for k in defs.resolve_asset_graph().get_all_asset_keys()}
+    faults = []
+    for job in repo.get_all_jobs():
+        if job.name.startswith("__"):
+            continue  # Dagster's own asset job
+        base = job.name.removesuffix("_job")
+        if (base in assets) != job.name.endswith("_job"):
+            faults.append(f"job {job.name}")
+    faults += [f"schedule {s.name}" for s in repo.schedule_defs
+               if s.name != f"{s.job_name.removesuffix('_job')}_schedule"]
+    faults += [f"sensor {s.name}" for s in repo.sensor_defs if not s.name.endswith("_sensor")]
+    return sorted(faults)
+
+
+def test_jobs_schedules_and_sensors_follow_one_naming_rule(tmp_path: Path) -> None:
+    assert naming_faults(_defs(tmp_path, ["c1"])) == []
+
+
+def test_the_naming_rule_sees_a_misnamed_definition() -> None:
+    @dg.op
+    def noop() -> None:
+        pass
+
+    @dg.job
+    def usage_daily() -> None:  # an asset's name: wants _job
+        noop()
+
+    defs = dg.Definitions(
+        assets=[dg.AssetSpec("usage_daily")], jobs=[usage_daily],
+        schedules=[dg.ScheduleDefinition(name="nightly", job=usage_daily, cron_schedule="0 0 * * *")],
+        sensors=[dg.SensorDefinition(name="watcher", job=usage_daily, evaluation_fn=lambda _ctx: None)])
+    assert naming_faults(defs) == ["job usage_daily", "schedule nightly", "sensor watcher"]

@@ -392,7 +392,7 @@ def test_automation_refreshes_the_projections_after_api_writes(setup) -> None:
     assert ticks[2:] == [[], [], []], ticks  # settled
     # The API stores events; its sensor records them as a materialization of event_log ...
     Ingestor(rt.store, rt.registry).ingest([vol_event("api-1", "v-api", "create", T0)], origin="api")
-    sensor = defs.resolve_sensor_def("api_writes")
+    sensor = defs.resolve_sensor_def("api_writes_sensor")
     with dg.build_sensor_context(instance=instance, repository_def=defs.get_repository_def(),
                                  resources={"store": defs.resources["store"]}) as context:
         observed = sensor.evaluate_tick(context)
@@ -431,7 +431,7 @@ def test_a_sync_launched_without_tags_carries_its_cloud_and_records_every_write(
     assert checks["sync_errors"].severity == dg.AssetCheckSeverity.WARN
     # The api_writes sensor does not record the sync's writes a second time (that would start a
     # projection run for events already folded).
-    sensor = defs.resolve_sensor_def("api_writes")
+    sensor = defs.resolve_sensor_def("api_writes_sensor")
     with dg.build_sensor_context(instance=instance, repository_def=defs.get_repository_def(),
                                  resources={"store": defs.resources["store"]}) as context:
         looked = sensor.evaluate_tick(context)
@@ -551,7 +551,7 @@ def test_landing_writes_are_credited_to_the_landing_run_and_automation_adds_no_e
     # the API is not credited with it
     with dg.build_sensor_context(instance=instance, repository_def=defs.get_repository_def(),
                                  resources={"store": defs.resources["store"]}) as context:
-        looked = defs.resolve_sensor_def("api_writes").evaluate_tick(context)
+        looked = defs.resolve_sensor_def("api_writes_sensor").evaluate_tick(context)
     assert not {e.asset_key.to_user_string() for e in looked.asset_events or []} & {"event_log", "dead_letter"}
     # automation refreshes the projections, and launches no run of the ingest tables to record nothing new
     requested, _ = automation_tick(defs, instance, cursor)

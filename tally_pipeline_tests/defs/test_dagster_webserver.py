@@ -87,11 +87,11 @@ def test_webserver_serves_the_asset_graph_schedules_and_sensors(tmp_path) -> Non
     assert schedules["reconciliation_schedule"]["cronSchedule"] == "*/10 * * * *"
     assert {"reconciliation_schedule", "delta_posting_schedule", "usage_daily_schedule"} <= set(schedules)
     sensors = {s["name"]: s for s in repo["sensors"]}
-    assert {"landing_files_sensor", "settle_window_sensor", "api_writes", "events_silent_sensor", "sync_stale_sensor",
-            "sync_errors_sensor", "drift_high_sensor", "tally_automation"} <= set(sensors)
+    assert {"landing_files_sensor", "settle_window_sensor", "api_writes_sensor", "events_silent_sensor", "sync_stale_sensor",
+            "sync_errors_sensor", "drift_high_sensor", "automation_sensor"} <= set(sensors)
     # Declarative automation ships on: our own automation sensor, running without anyone switching it on.
-    assert sensors["tally_automation"]["sensorType"] == "AUTO_MATERIALIZE"  # an automation condition sensor
-    assert sensors["tally_automation"]["sensorState"]["status"] == "RUNNING"
+    assert sensors["automation_sensor"]["sensorType"] == "AUTO_MATERIALIZE"  # an automation condition sensor
+    assert sensors["automation_sensor"]["sensorState"]["status"] == "RUNNING"
     assert schedules["usage_daily_schedule"]["cronSchedule"] == "30 0 * * *"
     assert {"sync_deferrals", "projection_state", "cloud_activity"} <= set(assets)
     assert "duckdb" in assets["event_log"]["kinds"] and "postgres" not in assets["event_log"]["kinds"]

@@ -21,7 +21,7 @@ from tally_pipeline.orchestration.table_metadata import (
             description=(
                 "The event log (table events): one row per distinct event_id, written only by the ingest core — by "
                 "the API, landing files and reconciliation. Materializing it records its counts; what the API and "
-                "the syncs write is recorded as materializations too (api_writes sensor, each sync run)."
+                "the syncs write is recorded as materializations too (api_writes_sensor, each sync run)."
             ),
         ),
         dg.AssetSpec(

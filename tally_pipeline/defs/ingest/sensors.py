@@ -26,7 +26,7 @@ IGNORED = "ignored:"
 @dg.sensor(minimum_interval_seconds=30, default_status=dg.DefaultSensorStatus.RUNNING,
            description="Records what the API wrote since the last look as materializations of event_log, cloud_activity "
                        "and dead_letter (with the events_silent check); automation then refreshes the projections.")
-def api_writes(context: dg.SensorEvaluationContext, store: TallyStore) -> dg.SensorResult | dg.SkipReason:
+def api_writes_sensor(context: dg.SensorEvaluationContext, store: TallyStore) -> dg.SensorResult | dg.SkipReason:
     events = store.event_count()
     rejected = store.rejected_count()
     cursor = f"{events}:{rejected}"
@@ -44,7 +44,7 @@ def api_writes(context: dg.SensorEvaluationContext, store: TallyStore) -> dg.Sen
     if events != before[0] and (recorded is None or recorded.value != events):
         written += [
             dg.AssetMaterialization("event_log", metadata={
-                **event_log_metadata(store), "recorded_by": "api_writes sensor: the count changed since its last look"}),
+                **event_log_metadata(store), "recorded_by": "api_writes_sensor: the count changed since its last look"}),
             dg.AssetMaterialization("cloud_activity", metadata=cloud_activity_metadata(store)),
             *[evaluation(s) for s in states(store, ["events_silent"])],
         ]
@@ -54,7 +54,7 @@ def api_writes(context: dg.SensorEvaluationContext, store: TallyStore) -> dg.Sen
                          if rejected_materialization else None)
     if rejected != before[1] and (recorded_rejected is None or recorded_rejected.value != rejected):
         written.append(dg.AssetMaterialization("dead_letter", metadata={
-            **dead_letter_metadata(store), "recorded_by": "api_writes sensor: the count changed since its last look"}))
+            **dead_letter_metadata(store), "recorded_by": "api_writes_sensor: the count changed since its last look"}))
     return dg.SensorResult(asset_events=written)
 
 

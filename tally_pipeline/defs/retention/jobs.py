@@ -16,5 +16,5 @@ def purge_dead_letter_op(context: dg.OpExecutionContext, store: TallyStore, cloc
 
 @dg.job(description="Apply the dead letter's retention (dead_letter.retention_days, default 30).",
         tags={"dagster/max_retries": "0"})
-def dead_letter_retention_job() -> None:
+def dead_letter_retention() -> None:
     purge_dead_letter_op()

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import uuid
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from urllib.parse import quote
 
 import psycopg
@@ -54,11 +55,13 @@ def postgres_server() -> str:
 
 
 class PostgresDatabases:
-    """Creates uniquely named databases on the test server and drops them at the end."""
+    """Creates uniquely named databases on the test server; each is dropped after its test, on a thread of
+    its own (a drop waits for a checkpoint: the next test runs meanwhile), and what is left at the end."""
 
     def __init__(self, admin: str):
         self.admin = admin
         self.created: list[str] = []
+        self._dropper = ThreadPoolExecutor(max_workers=1, thread_name_prefix="drop-test-database")
 
     def create(self) -> str:
         name = f"tally_test_{uuid.uuid4().hex[:12]}"
@@ -67,10 +70,19 @@ class PostgresDatabases:
         self.created.append(name)
         return _with_dbname(self.admin, name)
 
-    def drop_all(self) -> None:
+    def drop_soon(self, url: str) -> None:
+        name = psycopg.conninfo.conninfo_to_dict(url)["dbname"]
+        self.created.remove(name)
+        self._dropper.submit(self._drop, name)
+
+    def _drop(self, name: str) -> None:
         with psycopg.connect(self.admin, autocommit=True) as conn:
-            for name in self.created:
-                conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+            conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+    def drop_all(self) -> None:
+        self._dropper.shutdown(wait=True)
+        for name in self.created:
+            self._drop(name)
         self.created.clear()
 
 
@@ -82,9 +94,11 @@ def pg_databases(postgres_server: str) -> Iterator[PostgresDatabases]:
 
 
 @pytest.fixture
-def pg_url(pg_databases: PostgresDatabases) -> str:
-    """A fresh, empty Postgres database for one test (migrations not applied)."""
-    return pg_databases.create()
+def pg_url(pg_databases: PostgresDatabases) -> Iterator[str]:
+    """A fresh, empty Postgres database for one test (migrations not applied), dropped after it."""
+    url = pg_databases.create()
+    yield url
+    pg_databases.drop_soon(url)
 
 
 @pytest.fixture

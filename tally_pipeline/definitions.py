@@ -1,4 +1,6 @@
-"""The Dagster code location: every definition under ``tally_pipeline/defs``, found by discovery.
+"""The Dagster code location, built explicitly: the definitions under ``tally_pipeline/defs`` found by
+discovery, then the parts the config shapes (the per-cloud reconciliation, the daily partitions that
+start at ``first_day``), then the resources.
 
 ``dagster dev -w workspace.yaml`` (or ``dg dev``) loads ``defs``. The clouds to reconcile come from
 the tally config file named by ``TALLY_CONFIG``; ``TALLY_DATABASE`` overrides its database.
@@ -14,9 +16,13 @@ from typing import Any, TypeVar
 import dagster as dg
 
 from tally_pipeline.config import ConfigError
+from tally_pipeline.defs.ingest.batches import raw_event_batches_asset
+from tally_pipeline.defs.reconciliation.per_cloud import reconciliation_defs
+from tally_pipeline.defs.usage.assets import usage_daily_asset
 from tally_pipeline.orchestration import location
 from tally_pipeline.orchestration.catalog import catalog_policy, dialect_of
-from tally_pipeline.orchestration.resources import TallyStore
+from tally_pipeline.orchestration.partitions import daily_partitions
+from tally_pipeline.orchestration.resources import TallyStore, default_resources, environment_resources
 
 # The package holds dg.toml (shipped with it), so discovery finds the project in an installed copy too.
 PROJECT = Path(__file__).parent
@@ -28,6 +34,22 @@ def _unique(found: Iterable[T] | None) -> list[T]:
     # Discovery collects every definition a module holds, imported ones too (a schedule's module
     # holds its job): each object once, in order.
     return list({id(obj): obj for obj in found or []}.values())
+
+
+def configured_definitions(described: location.Location) -> dg.Definitions:
+    """What the config shapes: the reconciliation of each cloud, and the daily partitions from ``first_day``."""
+    days = daily_partitions(described.config)
+    return dg.Definitions.merge(
+        reconciliation_defs(described.cloud_names()),
+        dg.Definitions(assets=[raw_event_batches_asset(days), usage_daily_asset(days)]),
+    )
+
+
+def location_resources(described: location.Location) -> dict[str, Any]:
+    """The production resources: read from the environment where they run, unless the location names its config."""
+    if described.from_environment:
+        return environment_resources()
+    return default_resources(described.config_path, described.database)
 
 
 def build_definitions(
@@ -50,19 +72,19 @@ def build_definitions(
     else:
         described = location.Location(config_path, database, tuple(clouds) if clouds is not None else None)
     config = described.config  # read (and validated) first: a file that cannot load fails here, with its reason
-    with location.describing(described):
-        found = dg.load_from_defs_folder(path_within_project=PROJECT)
+    found = dg.load_from_defs_folder(path_within_project=PROJECT)
+    configured = configured_definitions(described)
     providers = {c.provider for c in config.clouds.values()} or {"openstack"}
     policy = catalog_policy(dialect_of(config.database), set(providers))
-    assets: list[Any] = _unique(found.assets)
+    assets: list[Any] = _unique([*(found.assets or []), *(configured.assets or [])])
     return dg.Definitions(
         # (Definitions.map_asset_specs would do this too, but is a preview API in dagster 1.13)
         assets=dg.map_asset_specs(policy, assets),
         asset_checks=_unique(found.asset_checks),
-        jobs=_unique(found.jobs),
-        schedules=_unique(found.schedules),
-        sensors=_unique(found.sensors),
-        resources=resources or found.resources,
+        jobs=_unique([*(found.jobs or []), *(configured.jobs or [])]),
+        schedules=_unique([*(found.schedules or []), *(configured.schedules or [])]),
+        sensors=_unique([*(found.sensors or []), *(configured.sensors or [])]),
+        resources=resources or location_resources(described),
     )
 
 

@@ -1,17 +1,14 @@
 """The code location's settings: which tally config file and database it describes, and which clouds.
 
-Dagster discovers ``defs/`` by importing it, so a definitions function there cannot be handed
-arguments. ``build_definitions`` (tests, the demo) states them for the duration of one load with
-``describing``; without it, the environment decides, as in production (``TALLY_CONFIG``,
-``TALLY_DATABASE``). Each process reads a config file through ``runtimes.runtime_for`` (again when it changes).
+``definitions.py`` builds the location from one of these: the environment's in production
+(``TALLY_CONFIG``, ``TALLY_DATABASE``, read where each run or sensor tick executes), or the arguments
+of ``build_definitions`` (tests, the demo). Each process reads a config file through
+``runtimes.runtime_for`` (again when it changes).
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
-from contextlib import contextmanager
-from contextvars import ContextVar
 from dataclasses import dataclass
 
 from tally_pipeline.config import TallyConfig
@@ -45,20 +42,3 @@ class Location:
 
     def cloud_names(self) -> list[str]:
         return sorted(self.clouds) if self.clouds is not None else self.config.cloud_names()
-
-
-_described: ContextVar[Location | None] = ContextVar("tally_location", default=None)
-
-
-def current() -> Location:
-    """The location being built: the one ``describing`` names, else the environment's."""
-    return _described.get() or Location.environment()
-
-
-@contextmanager
-def describing(location: Location) -> Iterator[None]:
-    token = _described.set(location)
-    try:
-        yield
-    finally:
-        _described.reset(token)

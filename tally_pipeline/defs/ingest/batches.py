@@ -1,14 +1,12 @@
-"""The landing-file batches (daily partitions), built when the code location loads: the partitions
-start at the config's ``first_day``."""
+"""The landing-file batches (daily partitions), built by ``definitions.py`` when the code location loads:
+the partitions start at the config's ``first_day``."""
 
 import dagster as dg
 
 from tally_pipeline.defs.ingest.landing_folders import landing_files
-from tally_pipeline.orchestration import location
 from tally_pipeline.orchestration.alert_states import report
 from tally_pipeline.orchestration.failures import cause_first
 from tally_pipeline.orchestration.metadata import md_table
-from tally_pipeline.orchestration.partitions import daily_partitions
 from tally_pipeline.orchestration.resources import TallyStore
 from tally_pipeline.orchestration.table_metadata import (
     cloud_activity_metadata,
@@ -16,12 +14,6 @@ from tally_pipeline.orchestration.table_metadata import (
     event_log_metadata,
 )
 from tally_pipeline.orchestration.tags import POOL
-
-
-@dg.definitions
-def landing_batches() -> dg.Definitions:
-    """raw_event_batches, its daily partitions from the config of the location being loaded."""
-    return dg.Definitions(assets=[raw_event_batches_asset(daily_partitions(location.current().config))])
 
 
 def raw_event_batches_asset(partitions: dg.DailyPartitionsDefinition) -> dg.AssetsDefinition:

@@ -1,6 +1,6 @@
 """Per-cloud reconciliation: sync_runs and sync_deferrals partitioned by configured cloud, its job,
-schedule and follow-ups. They are built from the cloud list, so by a definitions function, when
-Dagster loads the code location (the clouds are the config file's unless the location names them).
+schedule and follow-ups. They are built from the cloud list, by ``definitions.py`` when Dagster loads
+the code location (the clouds are the config file's unless the location names them).
 """
 
 from collections.abc import Iterator, Sequence
@@ -10,7 +10,6 @@ import dagster as dg
 
 from tally_pipeline.core.timeutil import format_rfc3339, parse_rfc3339, to_utc
 from tally_pipeline.defs.reconciliation.requests import follow_up_requests, reconciliation_requests
-from tally_pipeline.orchestration import location
 from tally_pipeline.orchestration.alert_states import SYNC_CHECKS, report
 from tally_pipeline.orchestration.failures import cause_first
 from tally_pipeline.orchestration.metadata import md_table
@@ -113,12 +112,6 @@ def reconcile_partitions(context: dg.AssetExecutionContext, store: TallyStore, a
                                                       for c, e, _ in partial),
                          metadata={"per_type": md_table(["cloud", *header],
                                                         [[c, *r] for c, _, rows in partial for r in rows])})
-
-
-@dg.definitions
-def reconciliation() -> dg.Definitions:
-    """The per-cloud part of the code location, for the clouds of the location being loaded."""
-    return reconciliation_defs(location.current().cloud_names())
 
 
 def reconciliation_defs(clouds: list[str]) -> dg.Definitions:

@@ -1,25 +1,17 @@
 """usage_daily: per cloud, project, meter and UTC day — daily partitions, backfilled in one run.
 
-Built when the code location loads: its partitions start at the config's ``first_day``."""
+Built by ``definitions.py`` when the code location loads: its partitions start at the config's ``first_day``."""
 
 from datetime import date
 
 import dagster as dg
 
 from tally_pipeline.core.timeutil import to_utc
-from tally_pipeline.orchestration import location
 from tally_pipeline.orchestration.failures import cause_first
 from tally_pipeline.orchestration.metadata import md_table
-from tally_pipeline.orchestration.partitions import daily_partitions
 from tally_pipeline.orchestration.projection_refresh import refresh_and_report
 from tally_pipeline.orchestration.resources import Clock, TallyStore
 from tally_pipeline.orchestration.tags import POOL
-
-
-@dg.definitions
-def usage() -> dg.Definitions:
-    """usage_daily, its daily partitions from the config of the location being loaded."""
-    return dg.Definitions(assets=[usage_daily_asset(daily_partitions(location.current().config))])
 
 
 def usage_daily_asset(partitions: dg.DailyPartitionsDefinition) -> dg.AssetsDefinition:

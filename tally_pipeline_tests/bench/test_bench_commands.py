@@ -97,3 +97,15 @@ def test_ingest_bench_measures_core_http_and_copy_on_a_preloaded_log(store_url: 
     if store_url.startswith("postgres"):
         sizes = report["log_after"]["index_bytes_per_event"]
         assert {"events_dedup_key", "events_by_resource"} <= set(sizes) and all(v > 0 for v in sizes.values())
+
+
+@pytest.mark.parametrize("store_url", ["duckdb", "postgres"], indirect=True)
+def test_dead_letter_bench_stores_every_refused_item_and_reports_each_tenth(store_url: str) -> None:
+    report = _bench("dead-letter", "--database", store_url, "--rows", "20", "--item-kb", "3")
+    assert report["rows"] == report["stored"] == 20
+    assert report["raw_mb_stored"] * 2**20 >= 20 * 3 * 1024  # each item whole, with its envelope
+    assert [step["rows_before"] for step in report["by_size"]] == list(range(0, 20, 2))
+    assert all(0 < step["p50_s"] <= step["p99_s"] <= step["max_s"] for step in report["by_size"])
+    with open_store(store_url) as store:
+        assert store.query("SELECT count(*), min(reason), max(reason) FROM rejected_events") == \
+            [(20, "size_schema", "size_schema")]

@@ -34,6 +34,7 @@ def test_the_file_stays_open_between_units_then_closes_by_itself(tmp_path: Path,
     store.query("SELECT 2")
     assert shared._con is opened
     wait_until(lambda: shared._con is None, "the idle file to close", timeout=10)
+    wait_until(lambda: shared._closer is None, "the closer thread to end with it", timeout=10)
     assert _other_process_opens(path)
     store.close()
 

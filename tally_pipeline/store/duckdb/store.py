@@ -133,6 +133,7 @@ class SharedFile:
         if self._con is not None:
             self._con.close()
             self._con = None
+            self._idle.notify_all()  # the closer thread, if waiting, has nothing left to do
 
     def _start_closer(self) -> None:
         if self._closer is None:
@@ -141,9 +142,10 @@ class SharedFile:
             self._closer.start()
 
     def _close_when_idle(self) -> None:
+        """The closer thread: lives while the connection is open (a process with many files keeps no idle threads)."""
         with self._lock:
-            while True:
-                if self._con is None or self._users:
+            while self._con is not None:
+                if self._users:
                     self._idle.wait()
                     continue
                 left = self._idle_since + self.linger_s - time.monotonic()
@@ -151,6 +153,7 @@ class SharedFile:
                     self._idle.wait(left)
                     continue
                 self._close_locked()
+            self._closer = None
 
     @classmethod
     def close_all_idle(cls) -> None:

@@ -125,3 +125,16 @@ def test_a_token_over_its_dead_letter_rate_gets_429_with_retry_after(store) -> N
     assert client.post("/v1/events", json={"events": [event()]}, headers=writer).status_code == 200
     assert len(store.rejected(limit=1000)) == rows_before
     assert build_api(store).ctx.dead_letter_quota.per_minute == 16 * 1024 * 1024  # the configured default
+
+
+@pytest.mark.slow
+def test_a_duckdb_dead_letter_write_costs_about_the_same_empty_and_at_100_mb(tmp_path) -> None:
+    """Issue #26: each write closed (and so checkpointed) the file, a cost that grew with the table (p50
+    4.6× at 100 MB). The ratio is against the same run's first writes; the bound leaves room for a loaded
+    machine. (`tally bench dead-letter` reports the figures.)"""
+    from tally_pipeline.bench.dead_letter import run
+
+    report = run(f"duckdb://{tmp_path / 'tally.duckdb'}", rows=500, item_kb=200)
+    assert report["stored"] == 500 and report["raw_mb_stored"] >= 97
+    first, last = report["by_size"][0], report["by_size"][-1]
+    assert last["p50_s"] < 3 * first["p50_s"], report["by_size"]

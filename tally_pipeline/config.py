@@ -259,12 +259,6 @@ class ApiSettings(_Strict):
         default=10.0, ge=0, description="seconds a stopping API process waits for its running syncs before recording them failed")
 
 
-class AutomationSettings(_Strict):
-    interval: int = Field(default=30, ge=5, le=3600,
-                          description="seconds between the looks of api_writes_sensor and automation_sensor: an API "
-                                      "write reaches the projections within two (applies when the code location loads)")
-
-
 class DagsterSettings(_Strict):
     """A Dagster webserver that runs the syncs the API is asked for, as runs of the reconciliation job."""
 
@@ -359,7 +353,6 @@ class TallyConfig(_Strict):
     dead_letter: DeadLetterSettings = Field(default_factory=DeadLetterSettings)
     analytics: AnalyticsSettings = Field(default_factory=AnalyticsSettings)
     collector: CollectorSettings = Field(default_factory=CollectorSettings)
-    automation: AutomationSettings = Field(default_factory=AutomationSettings)
     dagster: DagsterSettings | None = None  # set: POST /internal/sync/{cloud} launches Dagster runs
     first_day: date | None = Field(default=None, description="the first UTC day of the daily partitions "
                                    "(landing batches, usage_daily); default: ledger.window_days before today")

@@ -16,9 +16,7 @@ from typing import Any, TypeVar
 import dagster as dg
 
 from tally_pipeline.config import ConfigError
-from tally_pipeline.defs.automation.sensors import automation_sensor
 from tally_pipeline.defs.ingest.batches import raw_event_batches_asset
-from tally_pipeline.defs.ingest.sensors import api_writes_sensor
 from tally_pipeline.defs.reconciliation.per_cloud import reconciliation_defs
 from tally_pipeline.defs.usage.assets import usage_daily_asset
 from tally_pipeline.orchestration import location
@@ -39,15 +37,11 @@ def _unique(found: Iterable[T] | None) -> list[T]:
 
 
 def configured_definitions(described: location.Location) -> dg.Definitions:
-    """What the config shapes: the reconciliation of each cloud, the daily partitions from ``first_day``, and
-    the sensors that bring API writes to the projections, every ``automation.interval`` seconds."""
-    config = described.config
-    days = daily_partitions(config)
-    every = config.automation.interval
+    """What the config shapes: the reconciliation of each cloud, and the daily partitions from ``first_day``."""
+    days = daily_partitions(described.config)
     return dg.Definitions.merge(
         reconciliation_defs(described.cloud_names()),
-        dg.Definitions(assets=[raw_event_batches_asset(days), usage_daily_asset(days)],
-                       sensors=[api_writes_sensor(every), automation_sensor(every)]),
+        dg.Definitions(assets=[raw_event_batches_asset(days), usage_daily_asset(days)]),
     )
 
 

@@ -11,8 +11,7 @@ process — the code server evaluating the sensors — reads the same generation
 new run process: an edited threshold applies to the next sensor tick and the next run alike. A file
 that no longer loads fails every reader with its reason (never a silent fallback to the old one).
 What the file cannot change without a reload is the code location's shape (its cloud partitions,
-schedules, the daily partitions' first day, the automation sensors' interval): ``config_changes`` says
-when the clouds are out of date.
+schedules): ``config_changes`` says when that is out of date.
 """
 
 from __future__ import annotations

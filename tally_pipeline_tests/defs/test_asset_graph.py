@@ -118,12 +118,3 @@ def test_the_naming_rule_sees_a_misnamed_definition() -> None:
         schedules=[dg.ScheduleDefinition(name="nightly", job=usage_daily, cron_schedule="0 0 * * *")],
         sensors=[dg.SensorDefinition(name="watcher", job=usage_daily, evaluation_fn=lambda _ctx: None)])
     assert naming_faults(defs) == ["job usage_daily", "schedule nightly", "sensor watcher"]
-
-
-def test_automation_interval_sets_both_sensors_that_bring_api_writes_to_the_projections(tmp_path: Path) -> None:
-    config = tmp_path / "tally.yaml"
-    config.write_text(f"database: duckdb://{tmp_path / 'graph.duckdb'}\nautomation: {{interval: 7}}\n", encoding="utf-8")
-    repo = build_definitions([], config_path=str(config)).get_repository_def()
-    every = {s.name: s.minimum_interval_seconds for s in repo.sensor_defs}
-    assert every["api_writes_sensor"] == every["automation_sensor"] == 7
-    assert every["settle_window_sensor"] == 30  # the others keep their own

@@ -59,9 +59,8 @@ def event(eid: str, rid: str) -> dict:
 @pytest.mark.slow
 def test_the_daemon_refreshes_the_projections_after_an_api_write(tmp_path, pg_url) -> None:
     config = tmp_path / "tally.yaml"
-    # No cloud configured: no scheduled sync re-folds the projection behind automation's back. The two
-    # sensors that bring an API write to the projections look every 5 s instead of 30 (automation.interval).
-    config.write_text(f"database: {pg_url}\nclouds: {{}}\nautomation: {{interval: 5}}\n")
+    # No cloud configured: no scheduled sync re-folds the projection behind automation's back.
+    config.write_text(f"database: {pg_url}\nclouds: {{}}\n")
     rt = Runtime.load(str(config))
     rt.store.migrate()
     home = tmp_path / "dagster_home"

@@ -94,8 +94,8 @@ def defs() -> dg.Definitions:
     file is read then, and a test importing ``build_definitions`` reads none.
 
     A config that cannot load at all (bad YAML, a bad database URL) fails the location: its reason is
-    printed first, on one line, before Dagster's trace (a bad *cloud* entry does not fail it: see
-    orchestration/runtimes.py)."""
+    printed first, on one line, before Dagster's trace (a bad *cloud* entry does not fail it: the cloud is
+    set aside with its reason, see orchestration/location.py)."""
     try:
         return build_definitions()
     except ConfigError as exc:

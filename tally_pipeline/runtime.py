@@ -70,11 +70,6 @@ class Runtime:
         return run_sync(self.store, self.ingestor, cloud, adapter if adapter is not None else self.adapter(cloud),
                         **self.config.reconciliation.run_options(), now=now, run_key=run_key, run_id=run_id)
 
-    def share_store_of(self, older: Runtime) -> None:
-        """Use ``older``'s open store (same database: a new config generation keeps the pool); ``older``
-        no longer closes it."""
-        self._store, older._store = older._store, None
-
     def close(self) -> None:
         for adapter in self._adapters.values():
             close = getattr(adapter, "close", None)

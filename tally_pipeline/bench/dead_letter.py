@@ -43,7 +43,7 @@ def run(database: str, *, rows: int, item_kb: int, progress: Callable[[int], Non
             if outcome.rejected != 1:
                 raise RuntimeError(f"item {n} was not refused: {outcome}")
             progress(1)
-        stored = store.query("SELECT count(*) FROM rejected_events")[0][0]
+        stored, raw_bytes = store.query(f"SELECT count(*), sum({store.raw_bytes_sql}) FROM rejected_events")[0]
     finally:
         store.close()
     tenth = max(1, rows // 10)
@@ -54,4 +54,4 @@ def run(database: str, *, rows: int, item_kb: int, progress: Callable[[int], Non
                       "p50_s": round(statistics.median(part), 4), "p99_s": round(_quantile(part, 0.99), 4),
                       "max_s": round(max(part), 4), "mean_s": round(statistics.fmean(part), 4)})
     return {"database": database.split("://")[0], "rows": rows, "item_kb": item_kb, "stored": stored,
-            "total_s": round(sum(latencies), 2), "by_size": steps}
+            "raw_mb_stored": round((raw_bytes or 0) / 2**20, 1), "total_s": round(sum(latencies), 2), "by_size": steps}

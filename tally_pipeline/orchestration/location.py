@@ -2,17 +2,19 @@
 
 ``definitions.py`` builds the location from one of these: the environment's in production
 (``TALLY_CONFIG``, ``TALLY_DATABASE``, read where each run or sensor tick executes), or the arguments
-of ``build_definitions`` (tests, the demo). Each process reads a config file through
-``runtimes.runtime_for`` (again when it changes).
+of ``build_definitions`` (tests, the demo). The location reads the config file once, when it loads;
+the resources read it again where each run and sensor tick executes, so only the location's shape
+(its clouds, partitions, sensor intervals) needs a reload: ``config_changes`` says when the clouds
+are out of date.
 """
 
 from __future__ import annotations
 
 import os
 from dataclasses import dataclass
+from functools import cached_property
 
-from tally_pipeline.config import TallyConfig
-from tally_pipeline.orchestration.runtimes import runtime_for
+from tally_pipeline.config import TallyConfig, load_config
 
 DATABASE_ENV = "TALLY_DATABASE"
 
@@ -36,9 +38,22 @@ class Location:
     def environment(cls) -> Location:
         return cls(database=env_setting(DATABASE_ENV), from_environment=True)
 
-    @property
+    @cached_property
     def config(self) -> TallyConfig:
-        return runtime_for(self.config_path, self.database).config
+        # isolate_clouds: a bad cloud entry leaves the location loading, that cloud set aside with its reason
+        return load_config(self.config_path, database=self.database, isolate_clouds=True)
 
     def cloud_names(self) -> list[str]:
         return sorted(self.clouds) if self.clouds is not None else self.config.cloud_names()
+
+
+def config_changes(config: TallyConfig, loaded_clouds: list[str]) -> str | None:
+    """What ``config``'s clouds (the file as it is now) differ from the clouds the code location was loaded
+    with, as one line; None when they agree. Only a reload of the code location applies such a change."""
+    current = set(config.cloud_names())
+    added, removed = sorted(current - set(loaded_clouds)), sorted(set(loaded_clouds) - current)
+    if not added and not removed:
+        return None
+    parts = ([f"added {', '.join(added)}"] if added else []) + ([f"removed {', '.join(removed)}"] if removed else [])
+    return ("config changed: clouds " + "; ".join(parts)
+            + " — reload the code location (Deployment → Reload) to schedule and sync them")

@@ -1,9 +1,11 @@
 """One resource per external system: the tally database, the ledger, the clouds' platforms, the clock.
 
-The resources are thin: each names a config file and database (in production ``dg.EnvVar`` settings,
-resolved where the run or sensor executes) and offers the domain operations the assets run, over the
-process's one Runtime for them (``runtimes.runtime_for``). Tests and the demo pass other objects with
-the same methods (a simulated platform, a simulated clock).
+Each resource is a client built from its own config: it names a config file and database (in
+production ``dg.EnvVar`` settings, resolved where the run or sensor executes), builds its Runtime from
+them when a step or a sensor tick sets it up, and closes it when that ends — so every tick and every
+run reads the config file as it is then, and nothing outlives its use. Called outside an execution (a
+test, the demo), a resource builds its Runtime on first use and keeps it until ``close()``. Tests and
+the demo pass other objects with the same methods (a simulated platform, a simulated clock).
 """
 
 from __future__ import annotations
@@ -20,13 +22,43 @@ from pydantic import Field, PrivateAttr
 from tally_pipeline.config import CONFIG_ENV, TallyConfig
 from tally_pipeline.core.alerts import Condition
 from tally_pipeline.orchestration.location import DATABASE_ENV, env_setting
-from tally_pipeline.orchestration.runtimes import runtime_for
 from tally_pipeline.runtime import Runtime
 from tally_pipeline.services import alerts, projection
 from tally_pipeline.services.dead_letter import PurgeResult, purge_dead_letter
 from tally_pipeline.services.landing import FileSummary, ingest_file
 from tally_pipeline.store import asset_reads
 from tally_pipeline.store.base import RejectedEntry
+
+
+class _RuntimeClient(dg.ConfigurableResource):
+    """A resource whose client is a Runtime built from its config file (and database)."""
+
+    config_path: str | None = Field(default=None, description="tally config file (YAML); default $TALLY_CONFIG")
+
+    _runtime: Runtime | None = PrivateAttr(default=None)
+
+    def _database(self) -> str | None:
+        return None
+
+    def _load(self) -> Runtime:
+        # isolate_clouds: one cloud's bad entry fails only that cloud's syncs (docs/operations.md)
+        return Runtime.load(self.config_path, database=self._database(), isolate_clouds=True)
+
+    def _rt(self) -> Runtime:
+        if self._runtime is None:
+            self._runtime = self._load()
+        return self._runtime
+
+    def setup_for_execution(self, context: dg.InitResourceContext) -> None:
+        self._runtime = self._load()  # this step's or tick's own, from the config file as it is now
+
+    def teardown_after_execution(self, context: dg.InitResourceContext) -> None:
+        self.close()
+
+    def close(self) -> None:
+        if self._runtime is not None:
+            self._runtime.close()
+            self._runtime = None
 
 
 class StoreReads(Protocol):
@@ -48,20 +80,20 @@ class StoreReads(Protocol):
     def config(self) -> TallyConfig: ...
 
 
-class TallyStore(dg.ConfigurableResource):
-    """The tally database (events, dead letter, projections, reconciliation runs, usage) and the operations the assets run on it. A step (or a sensor tick) holds it
-    open throughout: an embedded DuckDB file stays open for the step (other processes wait for it)
-    instead of being reopened by every statement group."""
+class TallyStore(_RuntimeClient):
+    """The tally database (events, dead letter, projections, reconciliation runs, usage) and the operations
+    the assets run on it. A step (or a sensor tick) holds it open throughout: an embedded DuckDB file
+    stays open for the step (other processes wait for it) instead of being reopened by every statement group."""
 
-    config_path: str | None = Field(default=None, description="tally config file (YAML); default $TALLY_CONFIG")
     database: str | None = Field(default=None, description="database URL; overrides the config file's")
 
     _held: ExitStack | None = PrivateAttr(default=None)
 
-    def _rt(self) -> Runtime:
-        return runtime_for(self.config_path, self.database)
+    def _database(self) -> str | None:
+        return self.database
 
     def setup_for_execution(self, context: dg.InitResourceContext) -> None:
+        super().setup_for_execution(context)
         self._held = ExitStack()
         self._held.enter_context(self._rt().store.session())
 
@@ -69,6 +101,7 @@ class TallyStore(dg.ConfigurableResource):
         if self._held is not None:
             self._held.close()
             self._held = None
+        super().teardown_after_execution(context)
 
     @contextmanager
     def session(self) -> Iterator[None]:
@@ -175,8 +208,8 @@ class Ledger(TallyStore):
 
     ledger_database: str | None = Field(default=None, description="a separate ledger database URL, if any")
 
-    def _rt(self) -> Runtime:
-        return runtime_for(self.config_path, self.ledger_database or self.database)
+    def _database(self) -> str | None:
+        return self.ledger_database or self.database
 
     def post(self, now: datetime) -> Any:
         from tally_pipeline.services.ledger.poster import post_usage
@@ -198,13 +231,12 @@ class AdapterSource(Protocol):
     def adapter(self, cloud: str) -> Any: ...
 
 
-class PlatformAdapters(dg.ConfigurableResource):
-    """Each configured cloud's platform adapter (openstacksdk, simulated, …), from the config file."""
-
-    config_path: str | None = Field(default=None, description="tally config file (YAML); default $TALLY_CONFIG")
+class PlatformAdapters(_RuntimeClient):
+    """Each configured cloud's platform adapter (openstacksdk, simulated, …), from the config file; the
+    adapters' connections close with the step."""
 
     def adapter(self, cloud: str) -> Any:
-        return runtime_for(self.config_path).adapter(cloud)
+        return self._rt().adapter(cloud)
 
 
 class Clock(Protocol):

@@ -505,21 +505,23 @@ def test_projection_and_posting_runs_leave_a_parquet_snapshot_for_analysts(setup
     assert materializations(posted, "ledger_postings")[0]["analyst_snapshot"] == str(folder)
 
 
-def test_a_process_loads_each_config_once_and_closes_what_it_stops_using(tmp_path) -> None:
-    from tally_pipeline.orchestration.runtimes import KEPT, runtime_for
-
+def test_resources_build_their_client_from_their_config_and_close_it_after(tmp_path) -> None:
     config = tmp_path / "tally.yaml"
     config.write_text(f"database: duckdb://{tmp_path / 'tally.duckdb'}\n")
-    store, ledger = TallyStore(config_path=str(config)), Ledger(config_path=str(config))
-    assert store.config is ledger.config  # one Runtime for the store and the ledger on one database
+    store = TallyStore(config_path=str(config))
     apart = Ledger(config_path=str(config), ledger_database=f"duckdb://{tmp_path / 'ledger.duckdb'}")
-    assert apart.config.database.endswith("ledger.duckdb") and store.config.database.endswith("tally.duckdb")
-    first = runtime_for(str(config))
-    assert first.store is not None  # opened
-    for n in range(KEPT):
-        runtime_for(str(config), f"duckdb://{tmp_path / f'{n}.duckdb'}")
-    assert first._store is None  # the least recently used runtime was closed
-    assert runtime_for(str(config)) is not first
+    with dg.build_resources({"store": store, "ledger": apart}) as built:
+        client = built.store._runtime
+        assert client is not None and client._store is not None  # built and opened when set up
+        assert built.store.event_count() == 0 and built.store.config.database.endswith("tally.duckdb")
+        assert built.ledger.config.database.endswith("ledger.duckdb")
+        config.write_text(f"database: duckdb://{tmp_path / 'tally.duckdb'}\nalerts: {{events_silent_after: 60}}\n")
+        assert built.store.config.alerts.events_silent_after == 3600  # one execution, one config
+    assert client._store is None  # closed with the execution
+    with dg.build_resources({"store": store}) as again:
+        assert again.store._runtime is not client  # the next execution builds its own, from the file as it is now
+        assert again.store.config.alerts.events_silent_after == 60
+    assert store._runtime is None  # the definition itself holds no client
 
 
 def test_production_resources_read_the_environment_where_they_run(monkeypatch) -> None:

@@ -16,7 +16,6 @@ from dagster._core.definitions.definitions_load_context import DefinitionsLoadCo
 from dagster._core.types.loadable_target_origin import LoadableTargetOrigin
 from dagster._grpc.server import LoadedRepositories
 
-from tally_pipeline.orchestration.runtimes import close_all
 from tally_pipeline.runtime import Runtime
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -52,7 +51,6 @@ def location(tmp_path, monkeypatch) -> Iterator:
 
     yield load
     DefinitionsLoadContext._instance = saved
-    close_all()  # the processes' runtimes hold the test's DuckDB file
 
 
 def sensor_tick(repo: dg.RepositoryDefinition, name: str, instance: dg.DagsterInstance, cursor: str | None = None):
@@ -209,7 +207,6 @@ def test_a_refused_database_connection_leads_with_the_drivers_reason(location, t
         first = step_failure(result).splitlines()[0]
         assert "StoreUnavailable: PostgreSQL unavailable" in first and "permission denied for database" in first
     finally:
-        close_all()
         with psycopg.connect(pg_url, autocommit=True) as conn:
             conn.execute(f'GRANT CONNECT ON DATABASE "{dbname}" TO PUBLIC')
             conn.execute(f'DROP ROLE "{role}"')
@@ -260,7 +257,6 @@ def test_daily_partitions_start_at_the_configured_first_day(location, tmp_path) 
     repo = location(write_config(tmp_path, GOOD, extra="first_day: 2026-11-01\n"))
     for job in ("usage_daily_job", "landing_files"):
         assert repo.get_job(job).partitions_def.get_first_partition_key() == "2026-11-01"
-    close_all()
     default = location(write_config(tmp_path, GOOD))  # default: ledger.window_days (35) before today
     expected = (datetime.now(UTC).date() - timedelta(days=35)).isoformat()
     assert default.get_job("usage_daily_job").partitions_def.get_first_partition_key() == expected

@@ -12,11 +12,11 @@ from tally_pipeline.core.timeutil import format_rfc3339, parse_rfc3339, to_utc
 from tally_pipeline.defs.reconciliation.requests import follow_up_requests, reconciliation_requests
 from tally_pipeline.orchestration.alert_states import SYNC_CHECKS, report
 from tally_pipeline.orchestration.failures import cause_first
+from tally_pipeline.orchestration.location import config_changes
 from tally_pipeline.orchestration.metadata import md_table
 from tally_pipeline.orchestration.partitions import cloud_partitions
 from tally_pipeline.orchestration.projection_refresh import report_refresh
 from tally_pipeline.orchestration.resources import AdapterSource, Clock, TallyStore
-from tally_pipeline.orchestration.runtimes import config_changes
 from tally_pipeline.orchestration.table_metadata import cloud_activity_metadata, event_log_metadata
 from tally_pipeline.orchestration.tags import CLOUD, POLL_TIME, POOL, RUN_KEY, SYNC_RUN_ID, SYNC_STATUS
 
@@ -163,7 +163,7 @@ def reconciliation_defs(clouds: list[str]) -> dg.Definitions:
     @dg.sensor(job=job, minimum_interval_seconds=30, default_status=dg.DefaultSensorStatus.RUNNING,
                description="Starts a follow-up sync for a cloud as soon as its deferrals' settle window has passed.")
     def settle_window_sensor(context: dg.SensorEvaluationContext, store: TallyStore):
-        changed = config_changes(store.config_path, clouds)
+        changed = config_changes(store.config, clouds)
         if (changed or "") != (context.cursor or ""):  # say it once per change: only a reload applies it
             if changed:
                 context.log.warning(changed)

@@ -4,7 +4,7 @@
 (``TALLY_CONFIG``, ``TALLY_DATABASE``, read where each run or sensor tick executes), or the arguments
 of ``build_definitions`` (tests, the demo). The location reads the config file once, when it loads;
 the resources read it again where each run and sensor tick executes, so only the location's shape
-(its clouds, partitions, sensor intervals) needs a reload: ``config_changes`` says when the clouds
+(its clouds, the daily partitions' first day) needs a reload: ``config_changes`` says when the clouds
 are out of date.
 """
 

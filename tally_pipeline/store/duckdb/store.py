@@ -66,9 +66,9 @@ class SharedFile:
     queue their writers instead of racing them into a conflict at commit.
 
     The connection outlives its last user by ``linger_s``: each close checkpoints the file, and a
-    checkpoint rewrites the table's last row group whole, so closing after every unit of work made a
-    burst of small writes (a post and its dead-letter rows, an ingest then a refresh) cost more the
-    larger the tables grew. A connection held ``max_hold_s`` closes at its next idle moment however
+    checkpoint costs more the more the tables hold, so closing after every unit of work made each of a
+    burst of small writes (a post and its dead-letter rows, an ingest then a refresh) cost more as the
+    tables grew (``tally bench dead-letter``). A connection held ``max_hold_s`` closes at its next idle moment however
     busy this process is, so another process waiting for the file still gets its turn.
     """
 

@@ -23,6 +23,14 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def percentile(values: list[float], share: float) -> float:
+    """The value below which ``share`` of ``values`` fall (nearest rank); 0 for no values."""
+    if not values:
+        return 0.0
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(share * len(ordered)))]
+
+
 @contextmanager
 def timer() -> Iterator[list[float]]:
     """``with timer() as t: …`` then ``t[0]`` is the elapsed seconds."""

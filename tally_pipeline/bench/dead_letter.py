@@ -14,6 +14,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from tally_pipeline.bench.common import percentile
 from tally_pipeline.schemas import default_registry
 from tally_pipeline.services.ingest import Ingestor
 from tally_pipeline.store import open_store
@@ -24,11 +25,6 @@ def refused_item(n: int, item_kb: int) -> dict[str, Any]:
     return {"event_id": f"dl-{n:08d}", "event_type": "volume.create.end", "cloud": "bench",
             "resource_type": "volume", "resource_id": f"v-{n}", "project_id": "p", "occurred_at":
             "2026-01-01T00:00:00Z", "payload": {"size": {"flavor_name": "x"}, "junk": "x" * (item_kb * 1024)}}
-
-
-def _quantile(values: list[float], q: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
 
 def run(database: str, *, rows: int, item_kb: int, progress: Callable[[int], None] = lambda _n: None) -> dict[str, Any]:
@@ -51,7 +47,7 @@ def run(database: str, *, rows: int, item_kb: int, progress: Callable[[int], Non
     for start in range(0, rows, tenth):
         part = latencies[start:start + tenth]
         steps.append({"rows_before": start, "dead_letter_mb": round(start * item_kb / 1024, 1),
-                      "p50_s": round(statistics.median(part), 4), "p99_s": round(_quantile(part, 0.99), 4),
+                      "p50_s": round(statistics.median(part), 4), "p99_s": round(percentile(part, 0.99), 4),
                       "max_s": round(max(part), 4), "mean_s": round(statistics.fmean(part), 4)})
     return {"database": database.split("://")[0], "rows": rows, "item_kb": item_kb, "stored": stored,
             "raw_mb_stored": round((raw_bytes or 0) / 2**20, 1), "total_s": round(sum(latencies), 2), "by_size": steps}

@@ -28,6 +28,7 @@ from typing import Any
 import httpx
 import orjson
 
+from tally_pipeline.bench.common import percentile
 from tally_pipeline.bench.serve_process import ServeProcess
 from tally_pipeline.store import open_store
 
@@ -133,13 +134,6 @@ def _client(
             tally.invalid_ids += new_invalid
 
 
-def _percentile(values: list[float], share: float) -> float:
-    if not values:
-        return 0.0
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(share * len(ordered)))]
-
-
 def _ids_like(store: Any, table: str, prefix: str, extra: str = "") -> set[str]:
     rows = store.query(f"SELECT event_id FROM {table} WHERE event_id LIKE %s {extra}", [prefix + "-%"])
     return {row[0] for row in rows}
@@ -233,8 +227,8 @@ def run(
         "rejected": total.rejected,
         "events_per_s": round(total.sent / elapsed) if elapsed else 0,
         "batch_latency_ms": {
-            "p50": round(_percentile(total.latencies, 0.50) * 1000, 1),
-            "p99": round(_percentile(total.latencies, 0.99) * 1000, 1),
+            "p50": round(percentile(total.latencies, 0.50) * 1000, 1),
+            "p99": round(percentile(total.latencies, 0.99) * 1000, 1),
             "max": round(max(total.latencies, default=0.0) * 1000, 1),
         },
         "server_rss_mb": {k: round(v, 1) for k, v in rss.items()},

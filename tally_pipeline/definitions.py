@@ -72,18 +72,18 @@ def build_definitions(
     else:
         described = location.Location(config_path, database, tuple(clouds) if clouds is not None else None)
     config = described.config  # read (and validated) first: a file that cannot load fails here, with its reason
-    found = dg.load_from_defs_folder(path_within_project=PROJECT)
-    configured = configured_definitions(described)
+    found = dg.Definitions.merge(dg.load_from_defs_folder(path_within_project=PROJECT),
+                                 configured_definitions(described))
     providers = {c.provider for c in config.clouds.values()} or {"openstack"}
     policy = catalog_policy(dialect_of(config.database), set(providers))
-    assets: list[Any] = _unique([*(found.assets or []), *(configured.assets or [])])
+    assets: list[Any] = _unique(found.assets)
     return dg.Definitions(
         # (Definitions.map_asset_specs would do this too, but is a preview API in dagster 1.13)
         assets=dg.map_asset_specs(policy, assets),
         asset_checks=_unique(found.asset_checks),
-        jobs=_unique([*(found.jobs or []), *(configured.jobs or [])]),
-        schedules=_unique([*(found.schedules or []), *(configured.schedules or [])]),
-        sensors=_unique([*(found.sensors or []), *(configured.sensors or [])]),
+        jobs=_unique(found.jobs),
+        schedules=_unique(found.schedules),
+        sensors=_unique(found.sensors),
         resources=resources or location_resources(described),
     )
 

@@ -142,8 +142,8 @@ def ingestor(store: Store, registry) -> Ingestor:
 
 # The longest tests start first: with two workers, a five-minute end-to-end test collected last would
 # run alone at the end of the suite. Order only; every test still runs.
-_LONGEST_FIRST = ("test_production_e2e.py", "test_dagster_daemon.py", "test_demo.py", "test_sync_route_dagster.py",
-                  "test_sync_simulated.py", "test_dagster_webserver.py", "test_projection.py")
+_LONGEST_FIRST = ("test_realstack_smoke.py", "test_production_e2e.py", "test_dagster_daemon.py", "test_demo.py",
+                  "test_sync_route_dagster.py", "test_sync_simulated.py", "test_dagster_webserver.py", "test_projection.py")
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

@@ -215,7 +215,7 @@ class Stack:
 
     def start(self, name: str, cmd: list[str], *, env: dict[str, str] | None = None) -> Service:
         log = self.root / "log" / f"{name}.log"
-        out = open(log, "ab")  # noqa: SIM115 - the child owns it for its life
+        out = open(log, "ab")  # the child inherits it; ours is closed once it has started
         process = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, env=self._env(env), cwd=self.root,
                                    start_new_session=True)
         out.close()
@@ -334,11 +334,11 @@ class Stack:
         tenant = identity.create_project(name="rs-tenant", domain_id="default")
         admin_role = identity.find_role("admin")
         member_role = identity.find_role("member")
+        # Services validate tokens with the service role too (keystonemiddleware's service token check).
+        service_role = identity.find_role("service") or identity.create_role(name="service")
         for user in ("nova", "placement", "glance", "cinder", "neutron"):
             created = identity.create_user(name=user, password=self.service_password, domain_id="default")
             identity.assign_project_role_to_user(service_project, created, admin_role)
-            # Services validate tokens with the service role too (keystonemiddleware's service token check).
-            service_role = identity.find_role("service") or identity.create_role(name="service")
             identity.assign_project_role_to_user(service_project, created, service_role)
         tenant_password = secrets.token_hex(12)
         member = identity.create_user(name="rs-member", password=tenant_password, domain_id="default",

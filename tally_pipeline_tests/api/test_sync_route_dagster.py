@@ -77,7 +77,7 @@ def test_a_sync_requested_from_the_api_runs_as_a_dagster_run(tmp_path: Path, pg_
                 return row if row["status"] != "running" else None
 
             row = wait_until(lambda: finished(answer.headers["location"]), "the Dagster run's sync", timeout=300)
-            assert row["status"] == "succeeded" and row["created"] > 0, row
+            assert row["status"] == "succeeded" and row["created"] > 0, f"{row['status']}: {row.get('error')}; {row}"
             assert row["run_key"] == f"api:{run_id}" and row["dagster_run_id"]
 
             def dagster_run(dagster_run_id: str) -> dict[str, Any] | None:

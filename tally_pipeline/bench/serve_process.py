@@ -13,6 +13,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Mapping
 from pathlib import Path
 
 import httpx
@@ -37,6 +38,7 @@ class ServeProcess:
         config: str | os.PathLike[str] | None = None,
         log_path: str | os.PathLike[str] | None = None,
         log_level: str = "warning",
+        env: Mapping[str, str] | None = None,
     ):
         self.database = database
         self.port = port or free_port()
@@ -44,6 +46,7 @@ class ServeProcess:
         self.tokens_file = tokens_file
         self.config = config
         self.log_level = log_level
+        self.env = None if env is None else dict(env)
         self._own_log = log_path is None  # a log made here is removed when the server is done with
         self.log_path = Path(log_path) if log_path else Path(tempfile.mkstemp(prefix="tally-serve-", suffix=".log")[1])
         self.proc: subprocess.Popen[bytes] | None = None
@@ -69,7 +72,8 @@ class ServeProcess:
         if self.config is not None:
             args += ["--config", str(self.config)]
         with self.log_path.open("ab") as log:
-            self.proc = subprocess.Popen(args, start_new_session=True, stdin=subprocess.DEVNULL, stdout=log, stderr=log)
+            self.proc = subprocess.Popen(args, start_new_session=True, stdin=subprocess.DEVNULL, stdout=log, stderr=log,
+                                         env=self.env)
         if wait:
             self.wait_ready(timeout=timeout, healthy=healthy)
         return self

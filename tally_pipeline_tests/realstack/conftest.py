@@ -10,12 +10,17 @@ import os
 import sys
 from collections.abc import Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 
 from tally_pipeline_tests.rabbit import reachable as rabbit_reachable
 from tally_pipeline_tests.realstack.install import ensure_installed
+from tally_pipeline_tests.realstack.product import Product, running_product
 from tally_pipeline_tests.realstack.stack import Stack, mariadb_reachable, running_stack
+
+if TYPE_CHECKING:
+    from tally_pipeline_tests.conftest import PostgresDatabases
 
 pytestmark = [pytest.mark.realstack, pytest.mark.slow]
 
@@ -39,4 +44,13 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
     root: Path = tmp_path_factory.mktemp("realstack")
     with running_stack(venvs, root, progress) as up:
         progress(up.summary())
+        yield up
+
+
+@pytest.fixture(scope="session")
+def product(stack: Stack, pg_databases: PostgresDatabases,
+            tmp_path_factory: pytest.TempPathFactory) -> Iterator[Product]:
+    """tally itself on the stack: its API on a Postgres database of its own and its collector on the stack's
+    bus, listening from before the scenarios change anything."""
+    with running_product(stack, tmp_path_factory.mktemp("tally"), pg_databases.create()) as up:
         yield up

@@ -45,6 +45,7 @@ import time
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from typing import Any
 
 import kombu
@@ -125,7 +126,8 @@ class ExchangeState:
     last_message_at: float | None = None  # wall clock, when a message from it was last acknowledged
 
     def as_json(self) -> dict[str, Any]:
-        return dict(self.__dict__)
+        at = self.last_message_at
+        return {**self.__dict__, "last_message_at": None if at is None else datetime.fromtimestamp(at, UTC).isoformat()}
 
 
 @dataclass(slots=True)

@@ -74,6 +74,10 @@ def test_check_says_per_service_whether_the_collector_hears_it(vhost: VHost, tmp
             assert body["services"]["octavia"]["problem"].startswith("the collector does not listen")
             health = collector.health()
             assert health is not None and health["services"]["cinder"]["last_message_at"] is not None
+            # a fresh vhost: the collector made every exchange it binds, as oslo.messaging would
+            assert {e["declared"] for e in health["exchanges"].values()} == {"declared"}
+            assert health["exchanges"]["openstack"]["last_message_at"].endswith("+00:00")
+            assert "octavia" not in health["exchanges"]
         finally:
             publishers.close()
         assert collector.stop() == 0

@@ -351,11 +351,6 @@ class CollectorSettings(_Strict):
                              "openstack}; cinder publishes on openstack unless its control_exchange is set")
         return None
 
-    @property
-    def exchanges_bound(self) -> tuple[str, ...]:
-        """The exchanges to bind: each service's, once."""
-        return tuple(dict.fromkeys(self.service_exchanges.values()))
-
     @field_validator("transport_url")
     @classmethod
     def _rabbit(cls, value: str | None) -> str | None:

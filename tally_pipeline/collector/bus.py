@@ -43,7 +43,7 @@ import random
 import threading
 import time
 from collections import Counter
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -107,10 +107,6 @@ class BusSettings:
     def exchanges(self) -> tuple[str, ...]:
         """The exchanges bound: each service's, once, in the configured order."""
         return tuple(dict.fromkeys(exchange for _, exchange in self.service_exchanges))
-
-    @classmethod
-    def pairs(cls, service_exchanges: Mapping[str, str]) -> tuple[tuple[str, str], ...]:
-        return tuple(service_exchanges.items())
 
 
 @dataclass
@@ -232,9 +228,7 @@ class BusConsumer:
         bound yet and bind again what is (both idempotent), and leave a mismatched exchange as it is."""
         for exchange in self.settings.exchanges:
             state = self.exchanges[exchange]
-            if declare:
-                state.declared = self._declare(conn, exchange)
-            elif state.declared == "declared":
+            if declare or state.declared == "declared":
                 state.declared = self._declare(conn, exchange)
             self._bind_one(conn, exchange, state)
 

@@ -161,7 +161,7 @@ def collect_openstack(config_path: str | None, log_level: str, **given: Any) -> 
         raise click.ClickException(f"collector.transport_url (--transport-url): {exc}") from None
     bus = BusSettings(
         broker_urls=broker.urls, broker=broker.display, pool=s.pool, topics=tuple(s.topics),
-        service_exchanges=BusSettings.pairs(s.service_exchanges), exchange_durable=s.amqp_durable_queues,
+        service_exchanges=tuple(s.service_exchanges.items()), exchange_durable=s.amqp_durable_queues,
         exchange_auto_delete=s.amqp_auto_delete, durable=s.durable_queues, queue_type=s.queue_type, prefetch=s.prefetch,
         batch_size=s.batch_size, batch_timeout=s.batch_timeout, heartbeat=s.heartbeat,
         reconnect=Backoff(base=1.0, factor=2.0, max_delay=s.reconnect_max_delay), rebind_every=s.rebind_interval,

@@ -104,7 +104,7 @@ def _print_collector(heard: dict[str, Any]) -> None:
         if h.problem is not None and h.exchange is None:
             click.echo(f"    {h.service:10} NOT HEARD: {h.problem}")
             continue
-        state = "bound" if h.problem is None else f"NOT HEARD: {h.problem}"
+        state = "bound" if h.bound else f"NOT BOUND: {h.why_unbound or 'unknown'}"
         if h.mismatch:
             state += f" (the exchange has other attributes than the collector declares: {h.mismatch})"
         if h.last_message_age_seconds is None:

@@ -16,7 +16,8 @@ the services' ``amqp_durable_queues`` and ``amqp_auto_delete``), then binds. A d
 broker refuses for want of the configure permission falls back to a passive bind (a missing
 exchange is then tried again later). An exchange that exists with other attributes
 (PRECONDITION_FAILED, which closes only that channel) is reported — logged once, a gauge,
-``/healthz`` — and bound as it is: never redeclared nor deleted, so the service keeps publishing.
+``/healthz`` — and bound as it is: never deleted nor replaced (declared again only at a
+reconnection, refused alike), so the service keeps publishing.
 
 **At least once.** Messages are read in batches (at most ``batch_size``, at most ``batch_timeout``
 seconds old). A batch is written to the buffer in one fsync'd transaction — its events, and its
@@ -249,7 +250,7 @@ class BusConsumer:
             text = _describe(exc)
             if state.mismatch != text:
                 log.error("exchange %r on %s exists with other attributes than durable=%s auto_delete=%s (%s): bound "
-                          "as it is, never redeclared; set collector.amqp_durable_queues / amqp_auto_delete as the "
+                          "as it is, left as the services made it; set collector.amqp_durable_queues / amqp_auto_delete as the "
                           "services' [oslo_messaging_rabbit] options", exchange, s.broker, s.exchange_durable,
                           s.exchange_auto_delete, text)
             state.mismatch = text

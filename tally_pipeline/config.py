@@ -281,7 +281,10 @@ class DagsterSettings(_Strict):
 
 _NAME = r"^[A-Za-z0-9_.-]{1,200}$"
 DEFAULT_TOPICS = ("notifications", "versioned_notifications")
-DEFAULT_EXCHANGES = ("nova", "cinder", "neutron", "glance", "octavia")
+#: The exchange each service publishes its notifications on in a stock deployment: its own control
+#: exchange, or oslo.messaging's default ``openstack`` for one that sets none (cinder).
+DEFAULT_SERVICE_EXCHANGES = {"nova": "nova", "cinder": "openstack", "neutron": "neutron", "glance": "glance",
+                             "octavia": "octavia"}
 
 
 class CollectorSettings(_Strict):
@@ -299,7 +302,16 @@ class CollectorSettings(_Strict):
     buffer_dir: Path | None = Field(default=None, description="the disk buffer's directory (local filesystem)")
     pool: str = Field(default="tally", pattern=_NAME, description="names the collector's queues: <pool>.<topic>")
     topics: list[str] = Field(default_factory=lambda: list(DEFAULT_TOPICS), min_length=1)
-    exchanges: list[str] = Field(default_factory=lambda: list(DEFAULT_EXCHANGES), min_length=1)
+    service_exchanges: dict[str, str] = Field(
+        default_factory=lambda: dict(DEFAULT_SERVICE_EXCHANGES), min_length=1,
+        description="service -> the exchange it publishes on (its [DEFAULT] control_exchange, else openstack)")
+    #: replaced by ``service_exchanges``; kept only to say so when an old config still has it
+    exchanges: list[str] | None = Field(default=None, description="replaced by service_exchanges")
+    amqp_durable_queues: bool = Field(
+        default=False, description="as the services' [oslo_messaging_rabbit] amqp_durable_queues (or "
+                                   "rabbit_quorum_queue): the exchanges are declared durable")
+    amqp_auto_delete: bool = Field(default=False, description="as the services' [oslo_messaging_rabbit] "
+                                                              "amqp_auto_delete")
     metrics_host: str = "127.0.0.1"
     metrics_port: int = Field(default=8081, ge=0, le=65535)
     durable_queues: bool = Field(default=True, description="the collector's queues survive a broker restart")
@@ -309,23 +321,35 @@ class CollectorSettings(_Strict):
     batch_timeout: float = Field(default=0.2, gt=0, le=60, description="seconds a read message waits for its batch")
     heartbeat: int = Field(default=60, ge=0, le=3600, description="AMQP heartbeat in seconds (0: none)")
     reconnect_max_delay: float = Field(default=60.0, ge=1, description="longest wait between reconnections (s)")
-    rebind_interval: float = Field(default=30.0, gt=0, description="seconds between tries to bind a missing exchange")
+    rebind_interval: float = Field(default=30.0, gt=0, description="seconds between declaring and binding the "
+                                   "exchanges again (one missing, or deleted under the collector)")
     max_buffered_events: int = Field(default=1_000_000, ge=1)
     max_buffered_bytes: int = Field(default=1 << 30, ge=1024)
     max_bus_rejections: int = Field(default=100_000, ge=1, description="rejected bus messages kept (oldest go)")
     drain_timeout: float = Field(default=20.0, ge=0, description="seconds to empty the buffer after SIGTERM")
 
-    @field_validator("topics", "exchanges")
+    @field_validator("topics")
     @classmethod
     def _names(cls, value: list[str]) -> list[str]:
-        import re
-
-        for name in value:
-            if not re.match(_NAME, name):
-                raise ValueError(f"{name!r} must match {_NAME}")
+        _check_names(value)
         if len(set(value)) != len(value):
             raise ValueError("names a value twice")
         return value
+
+    @field_validator("service_exchanges")
+    @classmethod
+    def _service_names(cls, value: dict[str, str]) -> dict[str, str]:
+        _check_names([*value, *value.values()])
+        return value
+
+    @field_validator("exchanges")
+    @classmethod
+    def _replaced(cls, value: list[str] | None) -> None:
+        if value is not None:
+            raise ValueError("replaced by collector.service_exchanges (--service-exchange SERVICE=EXCHANGE), a "
+                             "mapping of each service to the exchange it publishes on, e.g. {nova: nova, cinder: "
+                             "openstack}; cinder publishes on openstack unless its control_exchange is set")
+        return None
 
     @field_validator("transport_url")
     @classmethod
@@ -335,6 +359,14 @@ class CollectorSettings(_Strict):
             if not value.startswith("rabbit://"):
                 raise ValueError("must be an oslo.messaging rabbit:// URL")
         return value
+
+
+def _check_names(names: list[str]) -> None:
+    import re
+
+    for name in names:
+        if not re.match(_NAME, name):
+            raise ValueError(f"{name!r} must match {_NAME}")
 
 
 class TallyConfig(_Strict):

@@ -18,6 +18,9 @@ from tally_pipeline_tests.faults import wait_until
 
 HOST = os.environ.get("TALLY_TEST_RABBITMQ_HOST", "127.0.0.1:5672")
 SERVICES = ("nova", "cinder", "neutron", "glance", "octavia")
+#: Where each publishes in a stock deployment: cinder sets no control exchange, so oslo.messaging's default.
+EXCHANGE_OF = {"nova": "nova", "cinder": "openstack", "neutron": "neutron", "glance": "glance", "octavia": "octavia"}
+EXCHANGES = tuple(EXCHANGE_OF[s] for s in SERVICES)
 TOPICS = ("notifications", "versioned_notifications")
 
 
@@ -50,11 +53,25 @@ class VHost:
     def amqp_url(self) -> str:
         return f"amqp://guest:guest@{HOST}/{self.name}"
 
-    def declare_exchanges(self, names: tuple[str, ...] = SERVICES) -> None:
+    def declare_exchanges(self, names: tuple[str, ...] = EXCHANGES, *, durable: bool = False) -> None:
         with kombu.Connection(self.amqp_url) as conn:
             channel = conn.channel()
             for name in names:
-                channel.exchange_declare(name, "topic", durable=False, auto_delete=False)
+                channel.exchange_declare(name, "topic", durable=durable, auto_delete=False)
+
+    def delete_exchanges(self, names: tuple[str, ...] = EXCHANGES) -> None:
+        """What a broker that lost its state (a restart of a node holding transient exchanges) shows."""
+        with kombu.Connection(self.amqp_url) as conn:
+            channel = conn.channel()
+            for name in names:
+                channel.exchange_delete(name)
+
+    def exchanges(self) -> dict[str, tuple[str, bool, bool]]:
+        """Every named exchange: (type, durable, auto_delete)."""
+        out = rabbitmqctl("list_exchanges", "-p", self.name, "name", "type", "durable", "auto_delete")
+        rows = [line.split("\t") for line in out.splitlines()]
+        return {r[0]: (r[1], r[2] == "true", r[3] == "true") for r in rows
+                if len(r) == 4 and r[0] and not r[0].startswith("amq.") and r[0] != "name"}
 
     def publish_raw(self, exchange: str, routing_key: str, body: bytes) -> None:
         """One message exactly as given (a poison message, say), persistent like oslo.messaging's."""

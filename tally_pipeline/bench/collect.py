@@ -39,9 +39,12 @@ from tally_pipeline.bench.serve_process import ServeProcess
 from tally_pipeline.collector.bus import binding_key, queue_name
 from tally_pipeline.collector.intake import Mapped, read_message
 from tally_pipeline.collector.transport import broker_of
+from tally_pipeline.config import DEFAULT_SERVICE_EXCHANGES
 from tally_pipeline.store import open_store
 
-EXCHANGES = ("nova", "cinder", "neutron", "glance", "octavia")
+#: Where each service publishes in a stock deployment (cinder on oslo.messaging's default ``openstack``).
+EXCHANGE_OF = dict(DEFAULT_SERVICE_EXCHANGES)
+EXCHANGES = tuple(dict.fromkeys(EXCHANGE_OF.values()))
 RSS_GROWTH_ALLOWED = 0.10
 RSS_GROWTH_FLOOR_MB = 16.0
 PREFETCH = 1000
@@ -346,19 +349,19 @@ def _volume(n: int, rng: random.Random, status: str) -> dict[str, Any]:
 
 
 def _volume_create(n: int, rng: random.Random) -> tuple[str, str, dict[str, Any]]:
-    return "cinder", "notifications", {"event_type": "volume.create.end", "priority": "INFO",
+    return EXCHANGE_OF["cinder"], "notifications", {"event_type": "volume.create.end", "priority": "INFO",
                                        "publisher_id": "volume.volumes.example.com",
                                        "payload": _volume(n, rng, "available")}
 
 
 def _volume_delete(n: int, rng: random.Random) -> tuple[str, str, dict[str, Any]]:
-    return "cinder", "notifications", {"event_type": "volume.delete.end", "priority": "INFO",
+    return EXCHANGE_OF["cinder"], "notifications", {"event_type": "volume.delete.end", "priority": "INFO",
                                        "publisher_id": "volume.volumes.example.com",
                                        "payload": _volume(n, rng, "deleting")}
 
 
 def _volume_exists(n: int, rng: random.Random) -> tuple[str, str, dict[str, Any]]:
-    return "cinder", "notifications", {"event_type": "volume.exists", "priority": "INFO",
+    return EXCHANGE_OF["cinder"], "notifications", {"event_type": "volume.exists", "priority": "INFO",
                                        "publisher_id": "volume.volumes.example.com",
                                        "payload": {**_volume(n, rng, "available"), "audit_period_beginning": "x"}}
 

@@ -23,22 +23,27 @@ PRIORITIES = ("audit", "debug", "info", "warn", "error", "critical", "sample")
 _TRANSPORT_LOCK = threading.Lock()
 
 
-def notification_transport(url: str, exchange: str) -> Any:
+def notification_transport(url: str, exchange: str, *, durable: bool = False) -> Any:
     """A notification transport whose notifiers publish on ``exchange``, as a service whose
-    ``[DEFAULT] control_exchange`` is ``exchange`` does. The control exchange is read when the
-    transport is made, so each service gets a transport of its own."""
+    ``[DEFAULT] control_exchange`` is ``exchange`` does (and whose ``[oslo_messaging_rabbit]
+    amqp_durable_queues`` is ``durable``). The control exchange is read when the transport is made,
+    so each service gets a transport of its own."""
     conf = cfg.ConfigOpts()
     conf([], project="tally-bench")
     with _TRANSPORT_LOCK:
         oslo_messaging.set_transport_defaults(control_exchange=exchange)
-        return oslo_messaging.get_notification_transport(conf, url=url)
+        transport = oslo_messaging.get_notification_transport(conf, url=url)
+    if durable:  # the driver registered its options; its connections read them when first made
+        conf.set_override("amqp_durable_queues", True, group="oslo_messaging_rabbit")
+    return transport
 
 
 class ServicePublishers:
     """oslo.messaging notifiers, one per (service exchange, topic), created on first use."""
 
-    def __init__(self, url: str):
+    def __init__(self, url: str, *, durable: bool = False):
         self.url = url
+        self.durable = durable
         self._transports: dict[str, Any] = {}
         self._notifiers: dict[tuple[str, str], Any] = {}
         self._prepared: dict[tuple[str, str, str], Any] = {}
@@ -49,7 +54,7 @@ class ServicePublishers:
         notifier = self._notifiers.get((exchange, topic))
         if notifier is None:
             if exchange not in self._transports:
-                self._transports[exchange] = notification_transport(self.url, exchange)
+                self._transports[exchange] = notification_transport(self.url, exchange, durable=self.durable)
             notifier = oslo_messaging.Notifier(self._transports[exchange], publisher_id=None,
                                                driver="messagingv2", topics=[topic])
             self._notifiers[(exchange, topic)] = notifier

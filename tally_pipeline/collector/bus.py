@@ -1,13 +1,23 @@
 """Reading a cloud's notification bus (RabbitMQ) into the collector's disk buffer, at least once.
 
 **Queues.** The collector owns one queue per topic, ``<pool>.<topic>`` (``tally.notifications``,
-``tally.versioned_notifications``), each bound on every service exchange (``nova``, ``cinder``, …)
-with the routing key ``<topic>.*``: every priority oslo.messaging publishes under (``info``,
-``error``, …). RabbitMQ gives every bound queue its own copy of a message, so ceilometer's queues,
-and the services' default ``<topic>.<priority>`` queues, keep theirs. The exchanges are the
-services': the collector only binds to them (a passive use that needs read permission on them, not
-configure), so their type and durability stay whatever the services declared. An exchange that does
-not exist yet (the service has not published since the broker started) is bound as soon as it does.
+``tally.versioned_notifications``), each bound on every service's exchange (``nova``, ``openstack``
+for cinder, …: ``service_exchanges``) with the routing key ``<topic>.*``: every priority
+oslo.messaging publishes under (``info``, ``error``, …). RabbitMQ gives every bound queue its own
+copy of a message, so ceilometer's queues, and the services' default ``<topic>.<priority>`` queues,
+keep theirs.
+
+**Bound from the first second.** A service declares its exchange only when it first publishes, and
+a topic exchange with no queue bound drops what it routes: waiting for the exchange to appear loses
+the first messages after every broker restart. So at each connection (and again every
+``rebind_every`` seconds, in case an exchange was deleted under us) the collector declares each
+exchange exactly as oslo.messaging's notifier does (type topic, ``durable`` and ``auto_delete`` as
+the services' ``amqp_durable_queues`` and ``amqp_auto_delete``), then binds. A declaration the
+broker refuses for want of the configure permission falls back to a passive bind (a missing
+exchange is then tried again later). An exchange that exists with other attributes
+(PRECONDITION_FAILED, which closes only that channel) is reported — logged once, a gauge,
+``/healthz`` — and bound as it is: never deleted nor replaced (declared again only at a
+reconnection, refused alike), so the service keeps publishing.
 
 **At least once.** Messages are read in batches (at most ``batch_size``, at most ``batch_timeout``
 seconds old). A batch is written to the buffer in one fsync'd transaction — its events, and its
@@ -36,10 +46,11 @@ import time
 from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from typing import Any
 
 import kombu
-from amqp.exceptions import AccessRefused, NotFound
+from amqp.exceptions import AccessRefused, NotFound, PreconditionFailed
 
 from tally_pipeline.collector.backoff import Backoff
 from tally_pipeline.collector.buffer import BusRejection
@@ -73,8 +84,12 @@ class BusSettings:
     broker: str
     pool: str
     topics: tuple[str, ...]
-    exchanges: tuple[str, ...]
+    #: (service, the exchange it publishes on); several services may share one exchange
+    service_exchanges: tuple[tuple[str, str], ...]
     durable: bool = True
+    #: how the services declare their exchanges (oslo.messaging's amqp_durable_queues, amqp_auto_delete)
+    exchange_durable: bool = False
+    exchange_auto_delete: bool = False
     queue_type: str = "classic"
     prefetch: int = 1000
     batch_size: int = 500
@@ -88,6 +103,28 @@ class BusSettings:
 
     def queue_arguments(self) -> dict[str, Any]:
         return {"x-queue-type": "quorum"} if self.queue_type == "quorum" else {}
+
+    @property
+    def exchanges(self) -> tuple[str, ...]:
+        """The exchanges bound: each service's, once, in the configured order."""
+        return tuple(dict.fromkeys(exchange for _, exchange in self.service_exchanges))
+
+
+@dataclass
+class ExchangeState:
+    """What the collector knows of one exchange on the current connection (read by ``/healthz``)."""
+
+    bound: bool = False
+    #: "declared" (as the services declare it, or already so), "passive" (no configure permission: bound
+    #: only once it exists) or "mismatch" (exists with other attributes: bound as it is); None: not tried
+    declared: str | None = None
+    why_unbound: str | None = None
+    mismatch: str | None = None  # the broker's words on the attributes that differ
+    last_message_at: float | None = None  # wall clock, when a message from it was last acknowledged
+
+    def as_json(self) -> dict[str, Any]:
+        at = self.last_message_at
+        return {**self.__dict__, "last_message_at": None if at is None else datetime.fromtimestamp(at, UTC).isoformat()}
 
 
 @dataclass(slots=True)
@@ -120,6 +157,7 @@ class BusConsumer:
         self._bound: set[str] = set()
         #: exchanges not bound, and why ("does not exist yet", "may not be read by this user")
         self.unbound: dict[str, str] = {}
+        self.exchanges: dict[str, ExchangeState] = {e: ExchangeState() for e in settings.exchanges}
         self._next_rebind = 0.0
         self.connected = False
         self.last_error: str | None = None
@@ -167,6 +205,7 @@ class BusConsumer:
         if not yes:
             for exchange in self._bound:
                 self._metrics.exchange_bound.labels(exchange).set(0)
+                self.exchanges[exchange].bound = False
             self._bound.clear()
 
     def _open(self, conn: kombu.Connection) -> tuple[Any, list[str]]:
@@ -176,7 +215,7 @@ class BusConsumer:
         for topic in s.topics:
             channel.queue_declare(queue=queue_name(s.pool, topic), durable=s.durable, auto_delete=False,
                                   arguments=s.queue_arguments())
-        self._bind_missing(conn)
+        self._bind(conn, declare=True)
         self._next_rebind = time.monotonic() + s.rebind_every
         # py-amqp's own consumer callback: kombu's Message wrapper and its decoding would only add cost
         # (the body is read here, as bytes, whatever its content type says).
@@ -184,34 +223,75 @@ class BusConsumer:
                 for topic in s.topics]
         return channel, tags
 
-    def _bind_missing(self, conn: kombu.Connection) -> None:
-        """Bind the queues on every exchange not bound yet; a missing exchange is tried again later.
+    def _bind(self, conn: kombu.Connection, *, declare: bool) -> None:
+        """Declare (with ``declare``: at connection) and bind every exchange. Later calls declare again
+        only what was declared before (so an exchange deleted under us comes back), bind what is not
+        bound yet and bind again what is (both idempotent), and leave a mismatched exchange as it is."""
+        for exchange in self.settings.exchanges:
+            state = self.exchanges[exchange]
+            if declare or state.declared == "declared":
+                state.declared = self._declare(conn, exchange)
+            self._bind_one(conn, exchange, state)
 
-        Each exchange gets its own channel: binding to one that does not exist closes the channel."""
+    def _declare(self, conn: kombu.Connection, exchange: str) -> str:
+        """Declare ``exchange`` as oslo.messaging's notifier does; say how it went. Each declaration has its
+        own channel: a refused one closes its channel (and only it)."""
         s = self.settings
-        for exchange in s.exchanges:
-            if exchange in self._bound:
-                continue
-            channel = conn.channel()
-            try:
-                for topic in s.topics:
-                    channel.queue_bind(queue=queue_name(s.pool, topic), exchange=exchange,
-                                       routing_key=binding_key(topic))
-            except (NotFound, AccessRefused) as exc:
-                self._metrics.exchange_bound.labels(exchange).set(0)
-                missing = isinstance(exc, NotFound)
-                why = "does not exist yet" if missing else "may not be read by this user"
-                if self.unbound.get(exchange) != why:
-                    log.log(logging.WARNING if missing else logging.ERROR,
-                            "exchange %r %s on %s (%s); trying again every %.0f s", exchange, why, s.broker,
-                            "its service has not published since the broker started" if missing
-                            else f"see the permissions in docs/collector.md: {_describe(exc)}", s.rebind_every)
-                self.unbound[exchange] = why
-                continue
-            finally:
-                _quietly(channel.close)
+        state = self.exchanges[exchange]
+        channel = conn.channel()
+        try:
+            channel.exchange_declare(exchange, "topic", durable=s.exchange_durable, auto_delete=s.exchange_auto_delete)
+        except AccessRefused as exc:
+            if state.declared != "passive":
+                log.info("may not declare exchange %r on %s (no configure permission: %s); binding it once its "
+                         "service has declared it", exchange, s.broker, _describe(exc))
+            return "passive"
+        except PreconditionFailed as exc:
+            text = _describe(exc)
+            if state.mismatch != text:
+                log.error("exchange %r on %s exists with other attributes than durable=%s auto_delete=%s (%s): bound "
+                          "as it is, left as the services made it; set collector.amqp_durable_queues / amqp_auto_delete as the "
+                          "services' [oslo_messaging_rabbit] options", exchange, s.broker, s.exchange_durable,
+                          s.exchange_auto_delete, text)
+            state.mismatch = text
+            self._metrics.exchange_mismatch.labels(exchange).set(1)
+            return "mismatch"
+        finally:
+            _quietly(channel.close)
+        if state.mismatch is not None:
+            log.info("exchange %r on %s now has the attributes the services declare", exchange, s.broker)
+        state.mismatch = None
+        self._metrics.exchange_mismatch.labels(exchange).set(0)
+        return "declared"
+
+    def _bind_one(self, conn: kombu.Connection, exchange: str, state: ExchangeState) -> None:
+        """Bind the queues on ``exchange``; a missing one is tried again later. A channel of its own: binding
+        to an exchange that does not exist closes the channel."""
+        s = self.settings
+        channel = conn.channel()
+        try:
+            for topic in s.topics:
+                channel.queue_bind(queue=queue_name(s.pool, topic), exchange=exchange, routing_key=binding_key(topic))
+        except (NotFound, AccessRefused) as exc:
+            self._metrics.exchange_bound.labels(exchange).set(0)
+            self._bound.discard(exchange)
+            state.bound = False
+            missing = isinstance(exc, NotFound)
+            why = "does not exist yet" if missing else "may not be read by this user"
+            if self.unbound.get(exchange) != why:
+                log.log(logging.WARNING if missing else logging.ERROR,
+                        "exchange %r %s on %s (%s); trying again every %.0f s", exchange, why, s.broker,
+                        "its service has not published since the broker started, and this user may not declare it"
+                        if missing else f"see the permissions in docs/collector.md: {_describe(exc)}", s.rebind_every)
+            self.unbound[exchange] = why
+            state.why_unbound = why
+            return
+        finally:
+            _quietly(channel.close)
+        if exchange not in self._bound:
             self._bound.add(exchange)
             self.unbound.pop(exchange, None)
+            state.bound, state.why_unbound = True, None
             self._metrics.exchange_bound.labels(exchange).set(1)
 
     def bound_exchanges(self) -> list[str]:
@@ -250,9 +330,9 @@ class BusConsumer:
             if now >= next_heartbeat:
                 conn.heartbeat_check(rate=2)
                 next_heartbeat = now + HEARTBEAT_CHECK_EVERY
-            if now >= self._next_rebind and len(self._bound) < len(s.exchanges):
-                self._bind_missing(conn)
-                self._next_rebind = now + s.rebind_every
+            if now >= self._next_rebind:
+                self._bind(conn, declare=False)
+                self._next_rebind = time.monotonic() + s.rebind_every
         # Stopping: no new deliveries; what was read is buffered and acknowledged if the buffer takes
         # it, else left unacknowledged for the broker to deliver again.
         for tag in consumer_tags:
@@ -310,6 +390,8 @@ class BusConsumer:
         for (exchange, topic), n in received.items():
             m.received.labels(exchange, topic).inc(n)
             m.last_message.labels(exchange).set(now)
+            if (state := self.exchanges.get(exchange)) is not None:
+                state.last_message_at = now
         m.mapped.inc(mapped)
         for code, n in ignored.items():
             m.ignored.labels(code).inc(n)

@@ -64,14 +64,18 @@ class CollectorMetrics:
         self.exchange_bound = Gauge("tally_collector_exchange_bound",
                                     "1 when the collector's queues are bound to the exchange", ["exchange"],
                                     registry=r)
+        self.exchange_mismatch = Gauge("tally_collector_exchange_mismatch",
+                                       "1 when the exchange exists with other attributes (durable, auto_delete) than "
+                                       "the collector declares: bound as it is", ["exchange"], registry=r)
         self.last_message = Gauge("tally_collector_last_message_timestamp_seconds",
-                                  "When a notification from this service's exchange was last read", ["service"],
-                                  registry=r)
+                                  "When a notification from this exchange was last read and acknowledged",
+                                  ["exchange"], registry=r)
         self.buffer_blocked = Gauge("tally_collector_buffer_blocked",
                                     "1 while the buffer refuses new events (full or failing): messages stay unacked",
                                     registry=r)
         for exchange in sorted(self.exchanges):
             self.exchange_bound.labels(exchange)
+            self.exchange_mismatch.labels(exchange)
             for topic in topics:
                 self.received.labels(exchange, topic)
         for code in IGNORE_CODES:

@@ -20,6 +20,7 @@ from typing import Any
 
 from tally_pipeline.collector.bus import BusConsumer, BusSettings
 from tally_pipeline.collector.client import Collector
+from tally_pipeline.collector.health import services_json
 from tally_pipeline.collector.intake import read_message
 from tally_pipeline.collector.metrics import CollectorMetrics, MetricsServer
 
@@ -134,6 +135,8 @@ def _health(consumer: BusConsumer, reading: threading.Thread, collector: Collect
         "broker_connected": consumer.connected,
         "bound_exchanges": consumer.bound_exchanges(),
         "unbound_exchanges": dict(consumer.unbound),
+        "exchanges": {name: state.as_json() for name, state in consumer.exchanges.items()},
+        "services": services_json(consumer.settings.service_exchanges, consumer.exchanges, time.time()),
         "last_broker_error": consumer.last_error,
         "sender": "running" if collector.running else ("stopped: " + str(sender_error) if sender_error else "stopped"),
     }

@@ -73,6 +73,19 @@ def volume_type_names(clouds: dict[str, Any], cloud: str) -> Any:
     return read
 
 
+def _pairs(given: tuple[str, ...]) -> dict[str, str] | None:
+    """``--service-exchange`` values (SERVICE=EXCHANGE) as a mapping; None when none is given."""
+    pairs: dict[str, str] = {}
+    for item in given:
+        service, sep, exchange = item.partition("=")
+        if not sep or not service or not exchange:
+            raise click.ClickException(f"--service-exchange {item!r}: give SERVICE=EXCHANGE, e.g. cinder=openstack")
+        if service in pairs:
+            raise click.ClickException(f"--service-exchange names {service!r} twice")
+        pairs[service] = exchange
+    return pairs or None
+
+
 def _token(token_file: Path | None) -> str | None:
     if token_file is None:
         return os.environ.get(TOKEN_ENV) or None
@@ -116,8 +129,11 @@ def _logging(level: str) -> None:
 @click.option("--pool", help="Names the collector's queues, <pool>.<topic> (default: tally).")
 @click.option("--topic", "topics", multiple=True,
               help="A topic to read; repeatable (default: notifications and versioned_notifications).")
-@click.option("--exchange", "exchanges", multiple=True,
-              help="A service exchange to read; repeatable (default: nova cinder neutron glance octavia).")
+@click.option("--service-exchange", "service_exchanges", multiple=True, metavar="SERVICE=EXCHANGE",
+              help="A service and the exchange it publishes on; repeatable, replaces the whole mapping (default: "
+                   "nova=nova cinder=openstack neutron=neutron glance=glance octavia=octavia).")
+@click.option("--exchange", "exchanges", multiple=True, hidden=True,
+              help="Replaced by --service-exchange.")
 @click.option("--metrics-host", help="Address of /metrics and /healthz (default: 127.0.0.1).")
 @click.option("--metrics-port", type=click.IntRange(0, 65535), help="Their port (default: 8081).")
 @click.option("--log-level", default="info", show_default=True,
@@ -137,6 +153,7 @@ def collect_openstack(config_path: str | None, log_level: str, **given: Any) -> 
     from tally_pipeline.collector.transport import TransportURLError, broker_of
 
     _logging(log_level)
+    given["service_exchanges"] = _pairs(given.get("service_exchanges") or ())
     s, clouds = _settings(config_path, given)
     try:
         broker = broker_of(s.transport_url, password=os.environ.get(PASSWORD_ENV))
@@ -144,7 +161,8 @@ def collect_openstack(config_path: str | None, log_level: str, **given: Any) -> 
         raise click.ClickException(f"collector.transport_url (--transport-url): {exc}") from None
     bus = BusSettings(
         broker_urls=broker.urls, broker=broker.display, pool=s.pool, topics=tuple(s.topics),
-        exchanges=tuple(s.exchanges), durable=s.durable_queues, queue_type=s.queue_type, prefetch=s.prefetch,
+        service_exchanges=tuple(s.service_exchanges.items()), exchange_durable=s.amqp_durable_queues,
+        exchange_auto_delete=s.amqp_auto_delete, durable=s.durable_queues, queue_type=s.queue_type, prefetch=s.prefetch,
         batch_size=s.batch_size, batch_timeout=s.batch_timeout, heartbeat=s.heartbeat,
         reconnect=Backoff(base=1.0, factor=2.0, max_delay=s.reconnect_max_delay), rebind_every=s.rebind_interval,
     )

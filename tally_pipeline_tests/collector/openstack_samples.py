@@ -12,6 +12,8 @@ import json
 from pathlib import Path
 from typing import Any
 
+from tally_pipeline_tests.rabbit import EXCHANGE_OF
+
 SAMPLES = Path(__file__).parents[1] / "fixtures" / "openstack" / "notifications"
 
 
@@ -65,5 +67,5 @@ def service_samples() -> list[tuple[str, str, dict[str, Any]]]:
             message = versioned_sample(path.stem, message_id="given-by-the-notifier", timestamp="given-too")
             found.append(("nova", "versioned_notifications", message))
         else:
-            found.append((relative.parts[0], "notifications", sample(str(relative))))
+            found.append((EXCHANGE_OF[relative.parts[0]], "notifications", sample(str(relative))))
     return found

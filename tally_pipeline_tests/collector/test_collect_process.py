@@ -28,7 +28,7 @@ from tally_pipeline.collector.openstack import Unmapped, map_notification
 from tally_pipeline.core.timeutil import parse_rfc3339
 from tally_pipeline_tests.collector.openstack_samples import sample, service_samples, versioned_sample
 from tally_pipeline_tests.faults import TOKEN, migrate, tokens_file, wait_until
-from tally_pipeline_tests.rabbit import SERVICES, TOPICS, VHost
+from tally_pipeline_tests.rabbit import EXCHANGE_OF, EXCHANGES, TOPICS, VHost
 
 CLOUD = "region-one"
 
@@ -65,9 +65,9 @@ class Cloud:
 
 @pytest.fixture
 def cloud(vhost: VHost) -> Iterator[Cloud]:
-    ceilometer = PoolListener(vhost.transport_url(), "ceilometer", SERVICES, TOPICS).start()
+    ceilometer = PoolListener(vhost.transport_url(), "ceilometer", EXCHANGES, TOPICS).start()
     # Ceilometer declares the services' exchanges and binds its queue, as in a running cloud.
-    vhost.wait_for_bindings({(e, "ceilometer", f"{t}.info") for e in SERVICES for t in TOPICS})
+    vhost.wait_for_bindings({(e, "ceilometer", f"{t}.info") for e in EXCHANGES for t in TOPICS})
     publishers = ServicePublishers(vhost.transport_url())
     try:
         yield Cloud(vhost, publishers, ceilometer)
@@ -126,13 +126,14 @@ def test_samples_are_stored_as_mapped_poison_is_logged_and_ceilometer_keeps_its_
     with ServeProcess(url, tokens_file=api_tokens, log_path=tmp_path / "serve.log") as api:
         api.start()
         with collector(cloud, api.url, tmp_path, token) as c:
-            c.start(bound=len(SERVICES))
+            c.start(bound=len(EXCHANGES))
             for body in POISON:  # first, so the stream behind them must flow past them
                 cloud.vhost.publish_raw("nova", "notifications.info", body)
             unknown = {"event_type": "telemetry.polling", "priority": "INFO", "payload": {"x": 1}}
             broken = sample("cinder/volume.create.end.json")
             broken["payload"]["size"] = "big"
-            cloud.publish([("cinder", "notifications", unknown), ("cinder", "notifications", broken)])
+            cinder = EXCHANGE_OF["cinder"]
+            cloud.publish([(cinder, "notifications", unknown), (cinder, "notifications", broken)])
             samples = service_samples()
             cloud.publish(samples)
             expected = cloud.expected_events()
@@ -148,7 +149,7 @@ def test_samples_are_stored_as_mapped_poison_is_logged_and_ceilometer_keeps_its_
     by_topic = {t: sum(1 for _, topic, _ in samples if topic == t) for t in TOPICS}
     assert metrics[("tally_collector_received_total", (("exchange", "nova"), ("topic", "versioned_notifications")))] \
         == by_topic["versioned_notifications"]
-    assert metrics[("tally_collector_received_total", (("exchange", "cinder"), ("topic", "notifications")))] == 9
+    assert metrics[("tally_collector_received_total", (("exchange", "openstack"), ("topic", "notifications")))] == 9
     assert metrics[("tally_collector_mapped_total", ())] == 27
     assert metrics[("tally_collector_rejected_total", (("reason", "unparseable"),))] == 3
     assert metrics[("tally_collector_rejected_total", (("reason", "unknown_type"),))] == 1
@@ -156,7 +157,7 @@ def test_samples_are_stored_as_mapped_poison_is_logged_and_ceilometer_keeps_its_
     assert metrics[("tally_collector_ignored_total", (("reason", "error_priority"),))] == 1
     assert metrics[("tally_collector_sent_total", (("outcome", "stored"),))] == 27
     assert metrics[("tally_collector_broker_connected", ())] == 1
-    assert metrics[("tally_collector_last_message_timestamp_seconds", (("service", "octavia"),))] > 0
+    assert metrics[("tally_collector_last_message_timestamp_seconds", (("exchange", "octavia"),))] > 0
 
     from click.testing import CliRunner
 
@@ -179,9 +180,10 @@ def stream(i: int) -> list[tuple[str, str, dict[str, Any]]]:
     image = sample("glance/image.upload.json")
     image["payload"]["id"] = f"img-{i}"
     server = versioned_sample("instance-create-end", message_id="-", timestamp="-", uuid=f"vm-{i}")
-    return [("cinder", "notifications", volume), ("glance", "notifications", image),
+    cinder = EXCHANGE_OF["cinder"]
+    return [(cinder, "notifications", volume), ("glance", "notifications", image),
             ("nova", "versioned_notifications", server),
-            ("cinder", "notifications", sample("cinder/volume.exists.json"))]
+            (cinder, "notifications", sample("cinder/volume.exists.json"))]
 
 
 @pytest.mark.slow
@@ -190,7 +192,7 @@ def test_killed_api_down_connections_cut_and_still_every_event_once(
     url, api_tokens, token = api_files
     with ServeProcess(url, tokens_file=api_tokens, log_path=tmp_path / "serve.log") as api, \
             collector(cloud, api.url, tmp_path, token) as c:
-        c.start(bound=len(SERVICES))
+        c.start(bound=len(EXCHANGES))
         # The API is down: what is read waits in the buffer.
         cloud.publish([m for i in range(150) for m in stream(i)])
         wait_until(lambda: c.metric("tally_collector_received_total") == 600, "600 read while the API is down")
@@ -203,7 +205,7 @@ def test_killed_api_down_connections_cut_and_still_every_event_once(
         publishing.start()
         wait_until(lambda: c.metric("tally_collector_received_total") >= 1000, "the stream flowing")
         assert c.kill() == -9  # mid-stream: its unacknowledged messages go back to the queue
-        c.start(bound=len(SERVICES))
+        c.start(bound=len(EXCHANGES))
         wait_until(lambda: c.metric("tally_collector_received_total") >= 300, "the restarted collector reading")
         cloud.vhost.close_connections()  # every connection of the vhost: ours, ceilometer's, the notifiers'
         publishing.join(120)
@@ -224,7 +226,7 @@ def test_sigterm_with_the_api_down_exits_0_by_the_deadline_and_keeps_the_buffer(
     url, api_tokens, token = api_files
     with ServeProcess(url, tokens_file=api_tokens, log_path=tmp_path / "serve.log") as api:
         with collector(cloud, api.url, tmp_path, token, drain_timeout=1) as c:
-            c.start(bound=len(SERVICES))
+            c.start(bound=len(EXCHANGES))
             cloud.publish([m for i in range(20) for m in stream(i)])
             wait_until(lambda: c.metric("tally_collector_buffered_events") == 60, "60 events buffered")
             assert c.stop(timeout=15) == 0
@@ -232,7 +234,7 @@ def test_sigterm_with_the_api_down_exits_0_by_the_deadline_and_keeps_the_buffer(
         assert buffer_status(tmp_path / "buffer").buffered == 60
         api.start()
         with collector(cloud, api.url, tmp_path, token) as again:
-            again.start(bound=len(SERVICES))
+            again.start(bound=len(EXCHANGES))
             assert_stored_as_mapped(url, cloud.expected_events())
             assert again.stop() == 0
 

@@ -76,14 +76,30 @@ def test_the_collector_section_resolves_relative_paths_and_keeps_defaults(tmp_pa
     c = config.collector
     assert (c.cloud, c.buffer_dir, c.token_file) == ("region-one", tmp_path / "buf", tmp_path / "t")
     assert c.pool == "tally" and c.topics == ["notifications", "versioned_notifications"]
-    assert c.exchanges == ["nova", "cinder", "neutron", "glance", "octavia"]
+    assert c.service_exchanges == {"nova": "nova", "cinder": "openstack", "neutron": "neutron", "glance": "glance",
+                                   "octavia": "octavia"}
+    assert (c.amqp_durable_queues, c.amqp_auto_delete) == (False, False)  # oslo.messaging's defaults
+
+
+def test_services_sharing_an_exchange_bind_it_once(tmp_path: Path) -> None:
+    from tally_pipeline.collector.bus import BusSettings
+
+    text = "collector:\n  service_exchanges: {nova: nova, cinder: openstack, glance: openstack}\n"
+    pairs = tuple(load_config(_config(tmp_path, text)).collector.service_exchanges.items())
+    bus = BusSettings(broker_urls=("amqp://h//",), broker="h", pool="tally", topics=("notifications",),
+                      service_exchanges=pairs)
+    assert bus.exchanges == ("nova", "openstack")
 
 
 @pytest.mark.parametrize(("text", "says"), [
     ("collector:\n  prefetch_count: 10\n", "collector.prefetch_count: unknown key"),
     ("collector:\n  transport_url: amqp://u:hunter2@h/\n", "collector.transport_url: Value error, must be an oslo"),
     ("collector:\n  topics: [notifications, notifications]\n", "collector.topics: Value error, names a value twice"),
-    ("collector:\n  exchanges: []\n", "collector.exchanges"),
+    ("collector:\n  exchanges: [nova, cinder]\n", "collector.exchanges: Value error, replaced by "
+                                                   "collector.service_exchanges"),
+    ("collector:\n  service_exchanges: {}\n", "collector.service_exchanges"),
+    ("collector:\n  service_exchanges: {cinder: 'no spaces'}\n", "collector.service_exchanges"),
+    ("collector:\n  service_exchanges: [nova, cinder]\n", "collector.service_exchanges"),
     ("collector:\n  cloud: 'no spaces please'\n", "collector.cloud"),
     ("collector:\n  queue_type: stream\n", "collector.queue_type"),
 ])
@@ -109,6 +125,18 @@ def test_an_option_wins_over_the_file_and_is_checked_like_it(tmp_path: Path) -> 
     result = CliRunner().invoke(main, ["collect", "openstack", "--cloud", "bad cloud", "--config",
                                        str(_config(tmp_path, "collector:\n  cloud: good\n"))])
     assert result.exit_code == 1 and "collector.cloud (--cloud): String should match pattern" in result.output
+
+
+@pytest.mark.parametrize(("args", "says"), [
+    (["--exchange", "cinder"], "collector.exchanges (--exchanges): Value error, replaced by collector.service_exchanges"),
+    (["--service-exchange", "cinder"], "--service-exchange 'cinder': give SERVICE=EXCHANGE"),
+    (["--service-exchange", "cinder=a", "--service-exchange", "cinder=b"], "names 'cinder' twice"),
+])
+def test_the_old_exchange_option_and_a_bad_service_exchange_are_named(tmp_path: Path, args: list[str],
+                                                                      says: str) -> None:
+    result = CliRunner().invoke(main, ["collect", "openstack", *args, "--config",
+                                       str(_config(tmp_path, "collector:\n  cloud: good\n"))])
+    assert result.exit_code == 1 and says in result.output, result.output
 
 
 @pytest.mark.filterwarnings("ignore::PendingDeprecationWarning")

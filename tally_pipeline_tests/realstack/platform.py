@@ -48,12 +48,28 @@ def server_times(conn: Any, server_id: str) -> ServerTimes:
                        epoch(terminated) if terminated else None, s["status"])
 
 
-def action_times(conn: Any, server_id: str) -> dict[str, list[float]]:
-    """Each instance action's start times by action name (``stop``, ``start``, ``resize``, …), oldest first."""
-    times: dict[str, list[float]] = {}
-    for action in conn.compute.server_actions(server_id):
-        times.setdefault(action.action, []).append(epoch(action.start_time))
-    return {name: sorted(values) for name, values in times.items()}
+@dataclass(frozen=True)
+class Action:
+    """One instance action as nova records it: requested at ``start``, done by ``finish`` (its last event's)."""
+
+    name: str
+    start: float
+    finish: float | None
+
+
+def actions(conn: Any, server_id: str) -> dict[str, list[Action]]:
+    """The server's instance actions by name (``stop``, ``start``, ``resize``, …), oldest first."""
+    found: dict[str, list[Action]] = {}
+    for listed in conn.compute.server_actions(server_id):
+        detail = conn.compute.get_server_action(listed.request_id, server_id)
+        finishes = [epoch(t) for e in detail.events or () if (t := _field(e, "finish_time"))]
+        found.setdefault(listed.action, []).append(
+            Action(listed.action, epoch(listed.start_time), max(finishes) if finishes else None))
+    return {name: sorted(values, key=lambda a: a.start) for name, values in found.items()}
+
+
+def _field(item: Any, name: str) -> Any:
+    return item.get(name) if isinstance(item, dict) else getattr(item, name, None)
 
 
 def nova_usage_seconds(conn: Any, project_id: str, start: float, end: float) -> dict[str, float]:

@@ -34,8 +34,11 @@ from tally_pipeline_tests.realstack.stack import Stack
 #: cloud seen through the tenant's member-only credential.
 CLOUD = "rs"
 MEMBER_CLOUD = "rs-member"
-#: Where the real services publish: cinder 29 on oslo.messaging's default exchange.
-EXCHANGES = ("nova", "neutron", "glance", "openstack")
+#: Where the real services publish: cinder 29 on oslo.messaging's default exchange (the tier has no octavia).
+SERVICE_EXCHANGES = {"nova": "nova", "cinder": "openstack", "neutron": "neutron", "glance": "glance"}
+EXCHANGES = tuple(sorted(set(SERVICE_EXCHANGES.values())))
+#: What the tier's services hold (no octavia: a load balancer listing would fail, and the sync be partial).
+RESOURCE_TYPES = ["instance", "volume", "floating_ip", "image"]
 TOPICS = ("notifications", "versioned_notifications")
 POOL = "tally"
 
@@ -70,15 +73,17 @@ class Product:
             "database": self.database,
             "tokens_file": str(self.root / "tokens.yaml"),
             "clouds": {
-                CLOUD: {"provider": "openstack", "os_cloud": "realstack", "page_size": 2, "timeout": 60},
-                MEMBER_CLOUD: {"provider": "openstack", "os_cloud": "realstack-member", "timeout": 60},
+                CLOUD: {"provider": "openstack", "os_cloud": "realstack", "page_size": 2, "timeout": 60,
+                        "resource_types": RESOURCE_TYPES},
+                MEMBER_CLOUD: {"provider": "openstack", "os_cloud": "realstack-member", "timeout": 60,
+                               "resource_types": RESOURCE_TYPES},
             },
             # Minutes, not the defaults' hours: nothing the tier changes waits for a settle window, and
             # the ledger posts up to the cycle's own instant.
             "reconciliation": {"settle_window": 0},
             "ledger": {"ingest_lag": 0},
             "api": {"sync_workers": 1},
-            "collector": {"pool": POOL, "topics": list(TOPICS), "exchanges": list(EXCHANGES),
+            "collector": {"pool": POOL, "topics": list(TOPICS), "service_exchanges": SERVICE_EXCHANGES,
                           "batch_timeout": 0.05, "rebind_interval": 1, "reconnect_max_delay": 2,
                           "drain_timeout": 10},
         }
@@ -97,9 +102,9 @@ class Product:
             cloud=CLOUD, transport_url=self.stack.transport_url, api_url=self.api.url,
             buffer_dir=self.root / "buffer", token_file=self.root / "collector.token", config=self.config_path,
             log_path=self.root / "collector.log", env=self.env)
-        # glance declares its exchange only when it first publishes: until the collector declares the
-        # exchanges itself, three of four are bound before any image exists
-        return self.collector.start(bound=len(EXCHANGES) - 1, timeout=120)
+        # Bound from the first second: the collector declares the exchanges the services have not made yet
+        # (glance makes its own only when it first publishes).
+        return self.collector.start(bound=len(EXCHANGES), timeout=120)
 
     def stop_collector(self) -> None:
         if self.collector is not None:

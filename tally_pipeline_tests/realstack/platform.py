@@ -35,12 +35,15 @@ class ServerTimes:
     status: str
 
 
-def server_times(conn: Any, server_id: str) -> ServerTimes:
-    """As nova's API shows the server, live or from its deleted listing once it is gone (admin only)."""
+def server_times(conn: Any, server_id: str) -> ServerTimes | None:
+    """As nova's API shows the server, live or from its deleted listing once it is gone (admin only); None when
+    nova keeps no record of it (a build deleted before it was scheduled)."""
     params = {"all_tenants": "True", "uuid": server_id}
     found = conn.compute.get("/servers/detail", params=params).json()["servers"]
     if not found:
         found = conn.compute.get("/servers/detail", params={**params, "deleted": "True"}).json()["servers"]
+    if not found:
+        return None
     assert len(found) == 1, f"nova lists {len(found)} servers {server_id}"
     s = found[0]
     launched, terminated = s.get("OS-SRV-USG:launched_at"), s.get("OS-SRV-USG:terminated_at")

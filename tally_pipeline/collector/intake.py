@@ -29,6 +29,8 @@ import orjson
 
 from tally_pipeline.collector.openstack import Unmapped, map_notification
 from tally_pipeline.collector.protocol import encode_event
+from tally_pipeline.collector.scrub import scrub_body
+from tally_pipeline.redaction import redact
 
 log = logging.getLogger("tally_pipeline.collector")
 
@@ -80,7 +82,7 @@ def read_message(
         result = map_notification(notification, cloud=cloud, volume_type_names=volume_type_names)
     except Exception as exc:  # a mapping bug must cost one message, not the queue behind it
         log.exception("the notification mapping failed on message %s; it goes to the rejected log", message_id)
-        return Rejected(MAPPING_ERROR, f"{type(exc).__name__}: {exc}", message_id)
+        return Rejected(MAPPING_ERROR, redact(f"{type(exc).__name__}: {exc}"), message_id)
     if isinstance(result, Unmapped):
         if result.kind == "ignored":
             return Ignored(result.code)
@@ -116,10 +118,14 @@ def _has_float(value: Any) -> bool:
 
 
 def raw_text(body: bytes) -> str:
-    """The body as text for the rejected log: undecodable bytes shown as escapes, a huge body cut."""
-    cut = len(body) - MAX_RAW_BYTES
-    text = body[:MAX_RAW_BYTES].decode("utf-8", "backslashreplace")
-    return text + f"… [{cut} more bytes not kept]" if cut > 0 else text
+    """The body as text for the rejected log: credentials masked first (``scrub``), undecodable bytes
+    shown as escapes, a huge body cut."""
+    text = scrub_body(body)
+    if len(text) <= MAX_RAW_BYTES // 4:  # at most 4 bytes a character: surely within the bound
+        return text
+    data = text.encode("utf-8", "backslashreplace")
+    cut = len(data) - MAX_RAW_BYTES
+    return data[:MAX_RAW_BYTES].decode("utf-8", "ignore") + f"… [{cut} more bytes not kept]" if cut > 0 else text
 
 
 def _notification(body: bytes) -> dict[str, Any] | Rejected:

@@ -23,7 +23,7 @@ import psycopg
 import pytest
 import yaml
 
-from tally_pipeline.api.auth import TokenBook
+from tally_pipeline.api.auth import TokenBook, TokensFileError
 from tally_pipeline.cli import main as tally_main
 from tally_pipeline.config import load_config
 from tally_pipeline_tests.kustomize import render
@@ -214,8 +214,8 @@ def test_the_shipped_tally_config_and_tokens_validate(tmp_path: Path) -> None:
     config = load_config(str(DEPLOY / "tally" / "tally.yaml"))
     assert sorted(config.clouds) == ["demo-a", "demo-b", "demo-c"]
     assert config.tokens_file == Path("/etc/tally/tokens.yaml")  # compose mounts deploy/tally/ there
-    book = TokenBook.load(DEPLOY / "tally" / "tokens.yaml")
-    assert book.authenticate("change-me-collector") is not None
+    with pytest.raises(TokensFileError, match="example placeholder"):  # examples: tally serve refuses them
+        TokenBook.load(DEPLOY / "tally" / "tokens.yaml")
     inline = next(d for d in _k8s() if d["kind"] == "ConfigMap" and d["metadata"]["name"] == "tally-files")
     (tmp_path / "tally.yaml").write_text(inline["data"]["tally.yaml"])
     assert load_config(str(tmp_path / "tally.yaml")).clouds["region-one"].provider == "openstack"
@@ -277,7 +277,7 @@ def test_the_collector_deployments_agree_on_port_probes_secrets_and_stop_time() 
     service = _compose()["services"]["collector"]
     command = service["command"]
     port = command[command.index("--metrics-port") + 1]
-    assert f":{port}/healthz" in " ".join(service["healthcheck"]["test"]) and service["ports"] == [f"{port}:{port}"]
+    assert f":{port}/healthz" in " ".join(service["healthcheck"]["test"]) and service["ports"] == [f"${{TALLY_METRICS_BIND:-127.0.0.1}}:{port}:{port}"]
     assert command[command.index("--api-url") + 1] == f"http://proxy:{API_PORT}"
     token = command[command.index("--token-file") + 1]
     assert (DEPLOY / "tally" / Path(token).name).read_text().strip() == "change-me-collector"  # in tokens.yaml

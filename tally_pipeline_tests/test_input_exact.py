@@ -38,12 +38,16 @@ def _post(client: TestClient, *items: str) -> dict:
     return answer.json()
 
 
-@pytest.mark.parametrize("number", ["1e-400", "1e400", "-1e400", "999999999.99999999999", "0.30000000000000001"])
-def test_a_payload_number_that_cannot_be_stored_exactly_is_refused(store, number: str) -> None:
+@pytest.mark.parametrize("number,reason", [
+    ("1e-400", "number_out_of_range"), ("1e400", "number_out_of_range"), ("-1e400", "number_out_of_range"),
+    ("123456789012345678901234567890", "number_out_of_range"),
+    ("999999999.99999999999", "invalid_payload"), ("0.30000000000000001", "invalid_payload"),
+])
+def test_a_payload_number_that_cannot_be_stored_exactly_is_refused(store, number: str, reason: str) -> None:
     client = TestClient(build_api(store).app)
     item = _text(event(), payload='{"size": {"flavor_name": "m", "vcpus": 1, "ram_mb": 1, "disk_gb": 1}, "x": ' + number + "}")
     result = _post(client, item)["results"][0]
-    assert (result["status"], result["reason"]) == ("rejected", "invalid_payload")
+    assert (result["status"], result["reason"]) == ("rejected", reason)
     assert "payload.x" in result["message"] and number in result["message"]
     assert store.event_count() == 0
 
@@ -117,7 +121,7 @@ def test_a_landing_file_reads_exactly_and_keeps_each_line(store, registry, tmp_p
     lines = tmp_path / "in.jsonl.gz"
     lines.write_bytes(gzip.compress("\n".join([twice, inexact, json.dumps(event())]).encode()))
     summary = ingest_file(Ingestor(store, registry), lines)
-    assert (summary.stored, summary.reasons) == (1, {"invalid_item": 1, "invalid_payload": 1})
+    assert (summary.stored, summary.reasons) == (1, {"invalid_item": 1, "number_out_of_range": 1})
     document = tmp_path / "doc.json"
     document.write_text('{"events": [' + twice.replace("k", "d") + ", " + json.dumps(event()) + "]}")
     assert ingest_file(Ingestor(store, registry), document).stored == 1
@@ -143,3 +147,15 @@ def test_timestamps_always_have_four_digit_years() -> None:
     # The fallback a response takes when orjson cannot write it (Postgres hands 1e300 back as a 301-digit integer).
     rendered = JSON({"n": 10**300, "at": year_one}).body
     assert b'"at":"0001-01-01T00:00:00Z"' in rendered
+
+
+@pytest.mark.parametrize("field,value", [("payload", '{"size": {"flavor_name": "m", "vcpus": 1, "ram_mb": 1, '
+                                                     '"disk_gb": 1}, "note": "a\\ud800b"}'),
+                                         ("resource_id", '"r-\\udfff"')])
+def test_a_lone_surrogate_is_refused_as_invalid_text(store, field: str, value: str) -> None:
+    client = TestClient(build_api(store).app)
+    result = _post(client, _text(event(), **{field: value}))["results"][0]
+    assert (result["status"], result["reason"]) == ("rejected", "invalid_text")
+    assert field in result["message"] and store.event_count() == 0
+    (row,) = store.rejected(reason="invalid_text")
+    assert "\\ud800" in row.raw or "\\udfff" in row.raw  # the dead letter keeps the item as sent

@@ -24,6 +24,26 @@ from tally_pipeline.core.errors import TallyError
 from tally_pipeline.redaction import yaml_error_text
 
 SCOPE_PATTERN = re.compile(r"^(read|admin|ingest:\*|ingest:[A-Za-z0-9_.-]{1,63})$")
+#: Words of example tokens (the shipped examples are ``change-me-…``): a token holding one is refused.
+_PLACEHOLDER = re.compile(r"change[-_ .]?me|replace[-_ .]?me|placeholder|example|your[-_ .]?token|<|>|\.\.\.|…",
+                          re.IGNORECASE)
+#: The example tokens docs and deploy/ ship, refused by digest too (a ``token_sha256`` of one).
+PLACEHOLDER_TOKENS = ("change-me-collector", "change-me-reader", "change-me-admin", "change-me")
+MIN_TOKEN_CHARS = 16
+MIN_DISTINCT_CHARS = 10
+HOW_TO_MAKE = "make one with: python -c 'import secrets; print(secrets.token_urlsafe(32))'"
+
+
+def token_weakness(token: str) -> str | None:
+    """Which rule ``token`` breaks (None: it may be used). The token itself is never part of the answer."""
+    if _PLACEHOLDER.search(token):
+        return f"it is an example placeholder, not a secret ({HOW_TO_MAKE})"
+    if len(token) < MIN_TOKEN_CHARS:
+        return f"too weak: {len(token)} characters, at least {MIN_TOKEN_CHARS} ({HOW_TO_MAKE})"
+    if len(set(token)) < MIN_DISTINCT_CHARS:
+        return (f"too weak: {len(set(token))} distinct characters, at least {MIN_DISTINCT_CHARS} "
+                f"({HOW_TO_MAKE})")
+    return None
 
 
 class TokensFileError(TallyError, ValueError):
@@ -33,7 +53,7 @@ class TokensFileError(TallyError, ValueError):
 class _TokenEntry(BaseModel):
     model_config = ConfigDict(extra="forbid")
     name: str | None = None
-    token: str | None = Field(default=None, min_length=16)
+    token: str | None = None
     token_sha256: str | None = Field(default=None, pattern=r"^[0-9a-fA-F]{64}$")
     scopes: list[str] = Field(min_length=1)
 
@@ -41,10 +61,17 @@ class _TokenEntry(BaseModel):
     def _one_secret(self) -> _TokenEntry:
         if (self.token is None) == (self.token_sha256 is None):
             raise ValueError("give exactly one of token or token_sha256")
+        if self.token is not None and (weakness := token_weakness(self.token)) is not None:
+            raise ValueError(f"token refused: {weakness}")
+        if self.token_sha256 is not None and self.token_sha256.lower() in _PLACEHOLDER_DIGESTS:
+            raise ValueError(f"token_sha256 refused: it is the digest of an example placeholder ({HOW_TO_MAKE})")
         for scope in self.scopes:
             if not SCOPE_PATTERN.match(scope):
                 raise ValueError(f"unknown scope {scope!r} (read, admin, ingest:*, ingest:<cloud>)")
         return self
+
+
+_PLACEHOLDER_DIGESTS = frozenset(hashlib.sha256(t.encode()).hexdigest() for t in PLACEHOLDER_TOKENS)
 
 
 class _TokensFile(BaseModel):
@@ -99,7 +126,8 @@ class TokenBook:
         except ValidationError as exc:
             first = exc.errors(include_url=False)[0]
             where = ".".join(str(p) for p in first["loc"])
-            raise TokensFileError(f"{path}: {where}: {first['msg']}") from None
+            message = str(first["msg"]).removeprefix("Value error, ")
+            raise TokensFileError(f"{path}: {where}: {message}") from None
         entries = []
         for i, entry in enumerate(parsed.tokens):
             secret = digest(entry.token) if entry.token is not None else bytes.fromhex(entry.token_sha256 or "")

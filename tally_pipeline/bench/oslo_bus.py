@@ -48,9 +48,12 @@ class ServicePublishers:
         self._notifiers: dict[tuple[str, str], Any] = {}
         self._prepared: dict[tuple[str, str, str], Any] = {}
 
-    def publish(self, exchange: str, topic: str, message: Mapping[str, Any]) -> None:
+    def publish(self, exchange: str, topic: str, message: Mapping[str, Any],
+                context: Any = None) -> None:
         """Send ``message``'s event type, payload, priority and publisher id (none if it has none) as the
-        service would; the notifier gives it a new message_id and timestamp, as it does for every one."""
+        service would; the notifier gives it a new message_id and timestamp, as it does for every one.
+        ``context`` is the request context (an object with ``redacted_copy`` and ``to_dict``, as oslo.context's),
+        which oslo.messaging packs in as ``_context_*`` fields."""
         notifier = self._notifiers.get((exchange, topic))
         if notifier is None:
             if exchange not in self._transports:
@@ -66,7 +69,7 @@ class ServicePublishers:
                 prepared = self._prepared[key] = notifier.prepare(publisher_id=publisher)
             notifier = prepared
         priority = str(message.get("priority") or "info").lower()
-        getattr(notifier, "warn" if priority == "warning" else priority)({}, message["event_type"], message["payload"])
+        getattr(notifier, "warn" if priority == "warning" else priority)(context or {}, message["event_type"], message["payload"])
 
     def close(self) -> None:
         for transport in self._transports.values():

@@ -39,7 +39,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
-from tally_pipeline.collector.errors import BufferFull, BufferSchemaError
+from tally_pipeline.collector.errors import BufferFull, BufferSchemaError, BufferUnusable
 
 DB_NAME = "buffer.sqlite3"
 SENDERS_DIR = "senders"
@@ -191,6 +191,22 @@ def _connect(path: Path, *, create: bool, busy_timeout: float) -> sqlite3.Connec
     return con
 
 
+def _usable_dir(path: Path) -> None:
+    """Make the buffer directory if need be, and say plainly when it cannot be one (rather than let
+    SQLite answer "unable to open database file")."""
+    if path.exists() and not path.is_dir():
+        raise NotADirectoryError(20, "it is not a directory", str(path))
+    path.mkdir(parents=True, exist_ok=True)
+    if not os.access(path, os.W_OK | os.X_OK):  # also false on a read-only file system, for root too
+        raise PermissionError(13, "no permission to create files in it, or its file system is read-only")
+
+
+def _why(exc: BaseException) -> str:
+    if isinstance(exc, OSError) and exc.strerror:
+        return exc.strerror + (f": {exc.filename}" if exc.filename else "")
+    return f"its {DB_NAME} cannot be written ({exc})"
+
+
 def _fsync_dir(path: Path) -> None:
     fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
     try:
@@ -263,16 +279,21 @@ class DiskBuffer:
         self.owner = owner or uuid.uuid4().hex
         self._lock = threading.RLock()
         self._closed = False
-        self.dir.mkdir(parents=True, exist_ok=True)
-        created = not self.path.exists()
-        self._con = _connect(self.path, create=True, busy_timeout=busy_timeout)
+        try:
+            _usable_dir(self.dir)
+            created = not self.path.exists()
+            self._con = _connect(self.path, create=True, busy_timeout=busy_timeout)
+        except (OSError, sqlite3.Error) as exc:
+            raise BufferUnusable(self.dir, _why(exc)) from None
         try:
             self._migrate()
             if created:
                 _fsync_dir(self.dir)
             self._owner_lock = _OwnerLock(self.senders, self.owner)
-        except BaseException:
+        except BaseException as exc:
             self._con.close()
+            if isinstance(exc, OSError | sqlite3.Error):
+                raise BufferUnusable(self.dir, _why(exc)) from None
             raise
         self._sweep_dead_locks()
 

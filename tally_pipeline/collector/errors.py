@@ -34,5 +34,13 @@ class CollectorAuthError(CollectorError):
         super().__init__(f"{message}; sending stopped, {buffered} events stay buffered")
 
 
+class BufferUnusable(CollectorError):
+    """The buffer directory cannot be used: not a directory, not writable, on a read-only file system."""
+
+    def __init__(self, path: object, why: str):
+        self.path = str(path)
+        super().__init__(f"the collector buffer directory {path} is not usable: {why}")
+
+
 class BufferSchemaError(CollectorError):
     """The buffer file was written by a newer collector than this one."""

@@ -10,7 +10,10 @@ read is ever unaccounted for and nothing blocks the queue:
   ``ignored`` codes: ``error_priority``, ``step``, ``audit``, ``no_usage_change``);
 - ``Rejected``: kept in the collector's rejected log with the raw message. Reasons: ``unparseable``
   (not JSON, not an object, a broken envelope), ``unknown_type`` and ``invalid`` (the mapping's
-  kinds), ``mapping_error`` (the mapping itself failed on it: a bug, reported instead of retried).
+  kinds), ``number_out_of_range`` (a number no event can hold: ``1e400``, an integer beyond 64
+  bits) and ``invalid_text`` (a string with a lone surrogate, ``"\\ud800"``), both the sender's data,
+  and ``mapping_error`` only when the mapping itself failed on it: a bug of ours, reported instead
+  of retried.
 
 Pure: no I/O. The mapping rules are ``collector.openstack``'s; nothing here changes them. Bodies
 are parsed with orjson, which reads an integer beyond 64 bits as a float (as for landing files);
@@ -29,13 +32,16 @@ import orjson
 
 from tally_pipeline.collector.openstack import Unmapped, map_notification
 from tally_pipeline.collector.protocol import encode_event
+from tally_pipeline.collector.scrub import scrub_body
+from tally_pipeline.core.values import INVALID_TEXT, NUMBER_OUT_OF_RANGE, first_bad_value
+from tally_pipeline.redaction import redact
 
 log = logging.getLogger("tally_pipeline.collector")
 
 UNPARSEABLE = "unparseable"
 MAPPING_ERROR = "mapping_error"
 #: Every reason a bus message is rejected for (the metrics show each, zero included).
-REJECT_REASONS = (UNPARSEABLE, "unknown_type", "invalid", MAPPING_ERROR)
+REJECT_REASONS = (UNPARSEABLE, "unknown_type", "invalid", NUMBER_OUT_OF_RANGE, INVALID_TEXT, MAPPING_ERROR)
 #: Every code a notification is ignored for (the mapping's ``IgnoredCode``).
 IGNORE_CODES = ("error_priority", "step", "audit", "no_usage_change")
 #: A rejected message is kept up to this many bytes of its body (a longer one is cut, and says so).
@@ -80,14 +86,17 @@ def read_message(
         result = map_notification(notification, cloud=cloud, volume_type_names=volume_type_names)
     except Exception as exc:  # a mapping bug must cost one message, not the queue behind it
         log.exception("the notification mapping failed on message %s; it goes to the rejected log", message_id)
-        return Rejected(MAPPING_ERROR, f"{type(exc).__name__}: {exc}", message_id)
+        return Rejected(MAPPING_ERROR, redact(f"{type(exc).__name__}: {exc}"), message_id)
     if isinstance(result, Unmapped):
         if result.kind == "ignored":
             return Ignored(result.code)
-        return Rejected(result.kind, result.reason, message_id)
+        return Rejected(result.code, result.reason, message_id)
     try:
         event_id, data = _encode(result)
     except ValueError as exc:  # e.g. a lone surrogate the JSON escaped: no API could read the event
+        bad = first_bad_value(result)
+        if bad is not None:  # a value the mapping copied as it came: the sender's data, named
+            return Rejected(bad.reason, str(bad), message_id)
         return Rejected("invalid", str(exc), message_id)
     return Mapped(event_id, data.decode("utf-8"), len(data))
 
@@ -116,10 +125,14 @@ def _has_float(value: Any) -> bool:
 
 
 def raw_text(body: bytes) -> str:
-    """The body as text for the rejected log: undecodable bytes shown as escapes, a huge body cut."""
-    cut = len(body) - MAX_RAW_BYTES
-    text = body[:MAX_RAW_BYTES].decode("utf-8", "backslashreplace")
-    return text + f"… [{cut} more bytes not kept]" if cut > 0 else text
+    """The body as text for the rejected log: credentials masked first (``scrub``), undecodable bytes
+    shown as escapes, a huge body cut."""
+    text = scrub_body(body)
+    if len(text) <= MAX_RAW_BYTES // 4:  # at most 4 bytes a character: surely within the bound
+        return text
+    data = text.encode("utf-8", "backslashreplace")
+    cut = len(data) - MAX_RAW_BYTES
+    return data[:MAX_RAW_BYTES].decode("utf-8", "ignore") + f"… [{cut} more bytes not kept]" if cut > 0 else text
 
 
 def _notification(body: bytes) -> dict[str, Any] | Rejected:

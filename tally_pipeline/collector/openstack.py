@@ -47,7 +47,15 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Literal
 
-from tally_pipeline.collector.openstack_fields import Extracted, Invalid, instant, optional_text, text, whole
+from tally_pipeline.collector.openstack_fields import (
+    Extracted,
+    Invalid,
+    check_magnitude,
+    instant,
+    optional_text,
+    text,
+    whole,
+)
 from tally_pipeline.collector.openstack_nova import NovaAction, NovaFormat, extract_nova, nova_action
 from tally_pipeline.core.timeutil import format_rfc3339
 
@@ -63,7 +71,9 @@ IgnoredCode = Literal["error_priority", "step", "audit", "no_usage_change"]
 class Unmapped:
     """A notification we do not turn into an event, and why.
 
-    ``code`` is the machine-readable reason: for ``ignored`` one of ``IgnoredCode``, otherwise the kind.
+    ``code`` is the machine-readable reason: for ``ignored`` one of ``IgnoredCode``; for ``invalid`` the
+    kind, or what is wrong with a value the mapping reads (``number_out_of_range``, ``invalid_text``);
+    otherwise the kind.
     """
 
     reason: str
@@ -166,7 +176,7 @@ def map_notification(
             resource_type, stored_type = mapping.resource_type, event_type
             found, occurred_at = _service_found(payload, mapping, _Context(event_type, volume_type_names or {}), sent_at)
     except Invalid as exc:
-        return Unmapped(f"{event_type}: {exc}", "invalid", event_type)
+        return Unmapped(f"{event_type}: {exc}", "invalid", event_type, exc.code)
     if occurred_at is None:
         return Unmapped(f"{event_type}: no timestamp", "invalid", event_type)
     body: dict[str, Any] = {}
@@ -279,6 +289,7 @@ def _neutron(payload: dict[str, Any], ctx: _Context) -> Extracted:
 
 def _glance(payload: dict[str, Any], ctx: _Context) -> Extracted:
     raw = payload.get("size")
+    check_magnitude(raw, "payload size")
     if raw is not None and (isinstance(raw, bool) or not isinstance(raw, int) or raw < 0):
         raise Invalid(f"payload size {raw!r} is not a byte count")
     return Extracted(

@@ -5,16 +5,23 @@ Shared by the per-service mappings (``collector.openstack``) and nova's (``colle
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
 from tally_pipeline.core.errors import TallyError
+from tally_pipeline.core.values import INT64_MAX, INVALID_TEXT, NUMBER_OUT_OF_RANGE, is_text, number_problem
 
 
 class Invalid(TallyError, ValueError):
-    """A mapped event type whose payload lacks what the mapping needs."""
+    """A mapped event type whose payload lacks what the mapping needs. ``code`` says what is wrong:
+    ``invalid`` (missing, of the wrong kind), or a bad value's reason (``core.values``)."""
+
+    def __init__(self, message: str, code: str = "invalid"):
+        super().__init__(message)
+        self.code = code
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,6 +49,8 @@ def optional_text(payload: Mapping[str, Any], key: str) -> str | None:
         return None
     if not isinstance(value, str):
         raise Invalid(f"payload {key} {value!r} is not a string")
+    if not is_text(value):
+        raise Invalid(f"payload {key} {value!r} holds a lone surrogate: not text", INVALID_TEXT)
     return value
 
 
@@ -49,9 +58,20 @@ def whole(payload: Mapping[str, Any], key: str) -> int:
     value = payload.get(key)
     if isinstance(value, str) and value.strip().isdigit():
         value = int(value)  # some payload fields are stringified numbers
+    check_magnitude(value, f"payload {key}")
     if isinstance(value, bool) or not isinstance(value, int | float) or value != int(value) or value < 0:
         raise Invalid(f"payload {key} {value!r} is not a whole number")
     return int(value)
+
+
+def check_magnitude(value: Any, what: str) -> None:
+    """Refuse a number no whole-number field holds: infinity, NaN, or beyond 64 bits (an integer that
+    large is read as a float, so a float beyond 2^63 is one)."""
+    problem = number_problem(value)
+    if problem is None and isinstance(value, float) and (math.isnan(value) or abs(value) > INT64_MAX):
+        problem = "NaN is not a number" if math.isnan(value) else f"{value!r} is beyond a 64-bit integer's range"
+    if problem is not None:
+        raise Invalid(f"{what}: {problem}", NUMBER_OUT_OF_RANGE)
 
 
 def instant(value: Any, what: str) -> datetime | None:
@@ -61,6 +81,8 @@ def instant(value: Any, what: str) -> datetime | None:
         return None
     if not isinstance(value, str):
         raise Invalid(f"{what} {value!r} is not a string")
+    if not is_text(value):
+        raise Invalid(f"{what} {value!r} holds a lone surrogate: not text", INVALID_TEXT)
     raw = value.strip()
     if raw.endswith(("Z", "z")):
         raw = raw[:-1] + "+00:00"

@@ -175,9 +175,11 @@ def collect_openstack(config_path: str | None, log_level: str, **given: Any) -> 
     stop = threading.Event()
     for signum in (signal.SIGTERM, signal.SIGINT):
         signal.signal(signum, lambda *_: stop.set())
+    from tally_pipeline.collector.errors import BufferUnusable
+
     try:
         status = run(service, stop)
-    except (OSError, ValueError) as exc:
+    except (OSError, ValueError, BufferUnusable) as exc:
         raise click.ClickException(str(exc)) from None
     raise SystemExit(status)
 

@@ -16,9 +16,10 @@ from typing import Annotated, Any, Literal
 import orjson
 from pydantic import BaseModel, ConfigDict, StringConstraints, ValidationError
 
-from tally_pipeline.core.jsontext import DuplicateKeys, Unreadable, first_inexact
+from tally_pipeline.core.jsontext import DuplicateKeys, InexactNumber, Unreadable, first_inexact
 from tally_pipeline.core.registry import SizeSchemaRegistry
 from tally_pipeline.core.timeutil import TimestampError, format_rfc3339, parse_rfc3339_iso
+from tally_pipeline.core.values import INVALID_TEXT, NUMBER_OUT_OF_RANGE, first_bad_value
 from tally_pipeline.core.verbs import Verb, verb_of
 
 MAX_PAYLOAD_BYTES = 64 * 1024
@@ -284,7 +285,7 @@ def _normalise(
         if problem is not None:
             inexact = first_inexact(size, "payload.size")
             if inexact is not None:  # not a size problem: the number itself cannot be stored as written
-                return Rejection("invalid_payload", f"invalid_payload: {inexact[0]}: {inexact[1].describe()}")
+                return _inexact_rejection(*inexact)
             return Rejection("size_schema", f"size_schema: {problem}")
         if stored is not size:  # whole-number floats made integers: the form the meters read
             payload = {**payload, "size": stored}
@@ -300,11 +301,17 @@ def _normalise(
     except (TypeError, orjson.JSONEncodeError) as exc:
         inexact = first_inexact(payload, "payload")
         if inexact is not None:
-            return Rejection("invalid_payload", f"invalid_payload: {inexact[0]}: {inexact[1].describe()}")
+            return _inexact_rejection(*inexact)
+        bad = first_bad_value(payload, "payload")
+        if bad is not None:  # an integer beyond 64 bits, a lone surrogate: the sender's data, named
+            return Rejection(bad.reason, str(bad))
         return Rejection("invalid_payload", f"invalid_payload: cannot be stored as JSON: {exc}")
     if b"null" in payload_json and _has_non_finite(payload):
         # orjson writes an infinity (a JSON number like 1e400) or NaN as null: refuse rather than change the data.
-        return Rejection("invalid_payload", "invalid_payload: a number is out of range (beyond a 64-bit float)")
+        bad = first_bad_value(payload, "payload")
+        if bad is not None:
+            return Rejection(bad.reason, str(bad))
+        return Rejection("invalid_payload", "invalid_payload: a number is not a number (NaN)")
     if len(payload_json) > MAX_PAYLOAD_BYTES:
         return Rejection(
             "payload_too_large",
@@ -319,6 +326,13 @@ def _normalise(
         event_id, event_type, verb, cloud, resource_type, resource_id, project_id, instant, source,
         payload, payload_json.decode(), digest.hexdigest(), instant_iso, instant,
     )
+
+
+def _inexact_rejection(path: str, number: InexactNumber) -> Rejection:
+    if number.out_of_range():
+        return Rejection(NUMBER_OUT_OF_RANGE, f"{NUMBER_OUT_OF_RANGE}: {path}: {number.text[:40]} is beyond a "
+                                              "64-bit float's range")
+    return Rejection("invalid_payload", f"invalid_payload: {path}: {number.describe()}")
 
 
 def _has_non_finite(value: Any) -> bool:
@@ -353,6 +367,8 @@ def _rejection_from(exc: ValidationError) -> Rejection:
         return Rejection("missing_field", f"missing_field: {field} is required")
     if kind == "extra_forbidden":
         return Rejection("unknown_field", f"unknown_field: {field!r} is not an envelope field")
+    if kind == "string_unicode":
+        return Rejection(INVALID_TEXT, f"{INVALID_TEXT}: {field}: a lone surrogate (e.g. \\ud800) is not text")
     given = error.get("input")
     shown = repr(given) if isinstance(given, (str, int, float, bool)) or given is None else _json_type(given)
     if len(shown) > 80:

@@ -8,7 +8,8 @@ was dropped. Collectors write compact JSON, so that is nearly every body; anythi
 again by the standard library with hooks that keep what orjson would lose:
 
 - a number whose float is not the number written becomes an ``InexactNumber`` (refused later as
-  ``invalid_payload``); integers are exact at any size (refused later if beyond 64 bits);
+  ``number_out_of_range`` beyond a float's range, else ``invalid_payload``); integers are exact at
+  any size (refused later, ``number_out_of_range``, if beyond 64 bits);
 - an object with a key written twice becomes a ``DuplicateKeys`` dict naming the key, and so does
   each item holding one anywhere inside (an element of a body's ``events`` array, or else the whole
   value), so that the item is refused (``invalid_item``) without every valid item paying for a search;
@@ -20,6 +21,7 @@ again by the standard library with hooks that keep what orjson would lose:
 from __future__ import annotations
 
 import json
+import math
 import re
 from decimal import Decimal, InvalidOperation
 from typing import Any
@@ -47,6 +49,20 @@ class InexactNumber:
 
     def __repr__(self) -> str:
         return f"InexactNumber({self.text!r})"
+
+    def out_of_range(self) -> bool:
+        """Beyond a 64-bit float's range (infinity or, for a number that is not zero, zero), not only
+        rounded."""
+        try:
+            became = float(self.text)
+        except (OverflowError, ValueError):
+            return True
+        if math.isinf(became):
+            return True
+        try:
+            return became == 0.0 and Decimal(self.text) != 0
+        except InvalidOperation:
+            return False
 
     def describe(self) -> str:
         try:

@@ -102,8 +102,8 @@ def test_query_scopes(store, registry, tmp_path) -> None:
     from tally_pipeline.api.auth import TokenBook
 
     path = tmp_path / "t.yaml"
-    path.write_text("tokens:\n  - {token: reader-000000000000, scopes: [read]}\n  - {token: writer-000000000000, scopes: ['ingest:*']}\n")
+    path.write_text("tokens:\n  - {token: reader-token-0123456789, scopes: [read]}\n  - {token: writer-token-0123456789, scopes: ['ingest:*']}\n")
     client = TestClient(create_app(ApiContext(store=store, ingestor=Ingestor(store, registry), tokens=TokenBook.load(path))))
     assert client.get("/v1/inventory").status_code == 401
-    assert client.get("/v1/inventory", headers={"Authorization": "Bearer writer-000000000000"}).status_code == 403
-    assert client.get("/v1/inventory", headers={"Authorization": "Bearer reader-000000000000"}).status_code == 200
+    assert client.get("/v1/inventory", headers={"Authorization": "Bearer writer-token-0123456789"}).status_code == 403
+    assert client.get("/v1/inventory", headers={"Authorization": "Bearer reader-token-0123456789"}).status_code == 200

@@ -23,6 +23,7 @@ REGISTRY = default_registry()
 ITEM_REASONS = {
     "invalid_item", "unknown_field", "missing_field", "invalid_field", "invalid_timestamp", "unknown_resource_type",
     "missing_project_id", "missing_size", "size_schema", "invalid_payload", "payload_too_large",
+    "number_out_of_range", "invalid_text",
 }
 
 
@@ -80,13 +81,15 @@ def test_an_event_broken_in_one_place_is_either_storable_or_a_known_rejection(ev
 @pytest.mark.parametrize(
     ("where", "value", "reason"),
     [
-        ("payload", {"size": {"gb": 1}, "n": 2**64}, "invalid_payload"),  # orjson cannot hold it: refuse, never round
-        ("payload", {"size": {"gb": 1}, "n": math.inf}, "invalid_payload"),  # 1e400 parses as infinity
+        ("payload", {"size": {"gb": 1}, "n": 2**64}, "number_out_of_range"),  # orjson cannot hold it: never round
+        ("payload", {"size": {"gb": 1}, "n": math.inf}, "number_out_of_range"),  # 1e400 parses as infinity
         ("payload", {"size": {"gb": 1}, "n": [math.nan]}, "invalid_payload"),
         ("payload", {"size": {"gb": 2**70}}, "size_schema"),
         ("payload", {"size": {"gb": 1}, "deep": nested(300)}, "invalid_payload"),
-        ("payload", {"size": {"gb": 1}, "s": "\ud800"}, "invalid_payload"),
-        ("event_id", "\ud800", "invalid_field"),
+        ("payload", {"size": {"gb": 1}, "s": "\ud800"}, "invalid_text"),
+        ("payload", {"size": {"gb": 1}, "k\ud800": 1}, "invalid_text"),
+        ("event_id", "\ud800", "invalid_text"),
+        ("resource_id", "r\udfff", "invalid_text"),
         ("resource_id", "\x00", "invalid_field"),
         ("occurred_at", "0001-01-01T00:00:00+01:00", "invalid_timestamp"),  # before year 1 once in UTC
         ("occurred_at", "9999-12-31T23:59:59-01:00", "invalid_timestamp"),  # after year 9999 once in UTC

@@ -13,7 +13,7 @@ import pytest
 from starlette.testclient import TestClient
 
 from tally_pipeline.api.app import ApiContext, create_app
-from tally_pipeline.api.auth import Principal, TokenBook, digest
+from tally_pipeline.api.auth import Principal, TokenBook, TokensFileError, digest
 from tally_pipeline.core.ledger import EntityKey
 from tally_pipeline.core.usage import to_micro
 from tally_pipeline.services import projection
@@ -275,3 +275,13 @@ def test_bad_parameters_are_400_with_a_clear_reason(api, params, code, says) -> 
     assert response.status_code == 400
     check_answer("GET", "/v1/usage", response)
     assert response.json()["error"] == code and says in response.json()["detail"]
+
+
+def test_the_tokens_file_takes_read_cloud_scopes(tmp_path) -> None:
+    path = tmp_path / "tokens.yaml"
+    path.write_text("tokens:\n  - {name: tenant, token: a-long-tenant-secret-01, scopes: ['read:c1', 'read:c-2.x']}\n")
+    principal = TokenBook.load(path).authenticate("a-long-tenant-secret-01")
+    assert principal is not None and principal.readable_clouds() == {"c1", "c-2.x"} and not principal.has("read")
+    path.write_text("tokens:\n  - {token: a-long-tenant-secret-01, scopes: ['read:c/1']}\n")
+    with pytest.raises(TokensFileError, match=r"unknown scope 'read:c/1' \(read, read:<cloud>"):
+        TokenBook.load(path)

@@ -15,6 +15,7 @@ from tally_pipeline.api.http import (
     JSON,
     ApiContext,
     ApiError,
+    checked_text,
     decode_cursor,
     encode_cursor,
     error,
@@ -25,7 +26,8 @@ from tally_pipeline.api.http import (
 )
 from tally_pipeline.config import LedgerSettings
 from tally_pipeline.core.timeutil import format_rfc3339
-from tally_pipeline.services.usage import GROUPS, RowKey, UsagePage, UsageRow, quantity, usage_page
+from tally_pipeline.core.usage import to_units
+from tally_pipeline.services.usage import GROUPS, RowKey, UsagePage, UsageRow, current_usage, quantity, usage_page
 from tally_pipeline.store.ledger_reads import Group, Scope
 
 CSV_TYPE = "text/csv"
@@ -36,19 +38,26 @@ def _bad(detail: str) -> ApiError:
     return ApiError(error(400, "invalid_parameter", detail))
 
 
-def _scope(ctx: ApiContext, request: Request) -> Scope:
-    """The filters, narrowed to the clouds the caller's token may read."""
-    principal = principal_of(ctx, request)
-    readable = principal.readable_clouds()
+def _readable(ctx: ApiContext, request: Request, cloud: str | None) -> frozenset[str] | None:
+    """The clouds this caller may read (None: every one), narrowed to ``cloud`` when given."""
+    readable = principal_of(ctx, request).readable_clouds()
     if readable is not None and not readable:
         raise ApiError(error(403, "forbidden", "this token lacks the 'read' scope (or 'read:<cloud>')"))
-    cloud = query_text(request, "cloud")
-    clouds = readable
-    if cloud is not None:
-        if readable is not None and cloud not in readable:
-            raise ApiError(error(403, "forbidden", f"this token may not read cloud {cloud!r}"))
-        clouds = frozenset({cloud})
+    if cloud is None:
+        return readable
+    if readable is not None and cloud not in readable:
+        raise ApiError(error(403, "forbidden", f"this token may not read cloud {cloud!r}"))
+    return frozenset({cloud})
+
+
+def _scope(ctx: ApiContext, request: Request) -> Scope:
+    """The filters, narrowed to the clouds the caller's token may read."""
+    clouds = _readable(ctx, request, query_text(request, "cloud"))
     return Scope(clouds, query_text(request, "project_id"), query_text(request, "meter"))
+
+
+def _settings(ctx: ApiContext) -> LedgerSettings:
+    return ctx.runtime.config.ledger if ctx.runtime is not None else LedgerSettings()
 
 
 def _group(request: Request) -> Group:
@@ -100,7 +109,7 @@ async def get_usage(ctx: ApiContext, request: Request) -> Response:
         raise _bad(f"include must be 'pending' (or absent), not {include!r}")
     limit = query_limit(request)
     after = _after(request, group)
-    settings = ctx.runtime.config.ledger if ctx.runtime is not None else LedgerSettings()
+    settings = _settings(ctx)
     page = await run_in_threadpool(
         lambda: usage_page(
             ctx.store, ctx.ingestor.registry, now=ctx.clock(), ingest_lag=settings.ingest_lag,
@@ -155,3 +164,30 @@ def _csv(page: UsagePage) -> str:
         writer.writerow([r.cloud, r.project_id, r.meter, r.period, r.account, quantity(r), r.unit,
                          "true" if r.provisional else "false", since])
     return out.getvalue()
+
+
+async def get_current_usage(ctx: ApiContext, request: Request) -> Response:
+    """A project's live balance: this month (UTC, of ``as_of``) to now, posted plus pending."""
+    cloud = checked_text(request.path_params["cloud"], "cloud")
+    project_id = checked_text(request.path_params["project_id"], "project_id")
+    _readable(ctx, request, cloud)
+    settings = _settings(ctx)
+    current = await run_in_threadpool(
+        lambda: current_usage(ctx.store, ctx.ingestor.registry, now=ctx.clock(), ingest_lag=settings.ingest_lag,
+                              window_days=settings.window_days, cloud=cloud, project_id=project_id)
+    )
+    return JSON(
+        {
+            "cloud": current.cloud,
+            "project_id": current.project_id,
+            "month": current.month_start.strftime("%Y-%m"),
+            "from": current.month_start,
+            "as_of": current.as_of,
+            "posted_to": current.posted_to,
+            "balances": [
+                {"meter": b.meter, "account": b.account, "unit": b.unit, "posted": str(to_units(b.posted)),
+                 "pending": str(to_units(b.pending)), "total": str(to_units(b.total))}
+                for b in current.balances
+            ],
+        }
+    )

@@ -75,11 +75,15 @@ def usage_page(
     include_pending: bool = False,
     after: RowKey | None = None,
     limit: int = 100,
+    refresh: bool = True,
 ) -> UsagePage:
-    """One page of usage in scope, ``start <= date < end``, after the row ``after``."""
+    """One page of usage in scope, ``start <= date < end``, after the row ``after``.
+
+    With pending usage, the events stored so far are folded first unless ``refresh`` is False
+    (the live balance's hot path, which reads the projection as last folded)."""
     window = CycleWindow.at(now, ingest_lag=ingest_lag, window_days=window_days)
     pending_wanted = include_pending and (start is None or start <= window.clamp) and (end is None or window.clamp < end)
-    if pending_wanted:
+    if pending_wanted and refresh:
         projection.refresh(store)  # like every reader and the poster: the events stored so far, folded
     meters = registry.meters()
     units = {m.name: m.unit for m in meters}
@@ -111,6 +115,67 @@ def usage_page(
         return UsagePage(page, page[-1].key if len(rows) > limit else None, window.clamp, latest)
 
     return store.run(read)
+
+
+@dataclass(frozen=True, slots=True)
+class Balance:
+    """One meter's account of a project this month: posted (final) and pending (provisional), micro-units."""
+
+    meter: str
+    account: str
+    unit: str
+    posted: int
+    pending: int
+
+    @property
+    def total(self) -> int:
+        return self.posted + self.pending
+
+
+@dataclass(frozen=True, slots=True)
+class CurrentUsage:
+    cloud: str
+    project_id: str
+    month_start: datetime  # the UTC month of as_of
+    as_of: datetime
+    posted_to: datetime | None
+    balances: list[Balance]
+
+
+def month_start(instant: datetime) -> datetime:
+    return instant.replace(day=1, hour=0, minute=0, second=0, microsecond=0)
+
+
+def current_usage(
+    store: Store,
+    registry: SizeSchemaRegistry,
+    *,
+    now: datetime,
+    ingest_lag: timedelta | float,
+    window_days: int,
+    cloud: str,
+    project_id: str,
+) -> CurrentUsage:
+    """A project's usage this month to now: what is posted since the month began plus what is pending,
+    per meter and account, as ``usage_page`` reads them (one snapshot), without folding first: the
+    pending part is as of the projection's last fold (every query, the poster and Dagster fold)."""
+    as_of = CycleWindow.at(now, ingest_lag=ingest_lag, window_days=window_days).clamp
+    start = month_start(as_of)
+    # group "none" over [month start, …): one row per meter, account and posted/pending, at most
+    # 2 × 2 × the registered meters, so one page holds them all
+    limit = 4 * len(registry.meters())
+    page = usage_page(store, registry, now=now, ingest_lag=ingest_lag, window_days=window_days,
+                      scope=Scope(frozenset({cloud}), project_id), start=start, include_pending=True,
+                      limit=limit, refresh=False)
+    assert page.next_key is None  # within the bound above
+    sums: dict[tuple[str, str], list[int]] = {}
+    units: dict[str, str] = {}
+    for row in page.rows:
+        units[row.meter] = row.unit
+        sums.setdefault((row.meter, row.account), [0, 0])[int(row.provisional)] += row.micro
+    balances = [Balance(meter, account, units[meter], posted, pending)
+                for (meter, account), (posted, pending) in sorted(sums.items())]
+    return CurrentUsage(cloud, project_id, start, page.as_of, page.posted_to, balances)
 
 
 def quantity(row: UsageRow) -> str:

@@ -285,3 +285,45 @@ def test_the_tokens_file_takes_read_cloud_scopes(tmp_path) -> None:
     path.write_text("tokens:\n  - {token: a-long-tenant-secret-01, scopes: ['read:c/1']}\n")
     with pytest.raises(TokensFileError, match=r"unknown scope 'read:c/1' \(read, read:<cloud>"):
         TokenBook.load(path)
+
+
+def test_the_live_balance_is_this_months_posted_plus_pending(api, store, registry) -> None:
+    client, ctx, clock = api
+    feb = T0 - timedelta(hours=2)  # 2026-02-28T22:00
+    old = T0 - timedelta(days=50)  # far before the 35-day window: aged out
+    ctx.ingestor.ingest([envelope("e1", "v1", "create", feb, "p1", 10),
+                         envelope("e2", "v9", "create", T0, "p9", 1)], origin="t")
+    cycle(store, registry, feb + timedelta(hours=1) + LAG)  # posts 10 dated in February
+    cycle(store, registry, T0 + timedelta(hours=2) + LAG)  # posts 30 dated in March
+    ctx.ingestor.ingest([envelope("e3", "v2", "create", old, "p1", 2),
+                         envelope("e4", "v2", "delete", old + timedelta(hours=5), None, None)], origin="t")
+    projection.refresh(store)  # the live balance reads the projection as last folded
+    clock.now = T0 + timedelta(hours=5) + LAG
+
+    response = client.get("/v1/usage/c1/p1/current", headers={"Authorization": "Bearer usage-read-c1-00000000"})
+    assert response.status_code == 200, response.text
+    check_answer("GET", "/v1/usage/c1/p1/current", response)
+    body = response.json()
+    assert (body["month"], body["from"], body["as_of"], body["posted_to"]) == (
+        "2026-03", "2026-03-01T00:00:00Z", "2026-03-01T05:00:00Z", "2026-03-01T02:00:00Z")
+    assert body["balances"] == [
+        {"meter": "volume_gb_hours", "account": "aged_out", "unit": "GiB-hour", "posted": "0.000000",
+         "pending": "10.000000", "total": "10.000000"},
+        {"meter": "volume_gb_hours", "account": "usage", "unit": "GiB-hour", "posted": "30.000000",
+         "pending": "30.000000", "total": "60.000000"},
+    ]
+    # the same numbers as the general route over this month, with pending
+    month = get(client, project_id="p1", cloud="c1", include="pending", **{"from": "2026-03-01T00:00:00Z"})
+    assert sum(rows_of(month).values()) == Decimal("70")
+
+    def status(path: str, token: str | None) -> int:
+        headers = {"Authorization": f"Bearer {token}"} if token else {}
+        answer = client.get(path, headers=headers)
+        check_answer("GET", path, answer)
+        return answer.status_code
+
+    assert status("/v1/usage/c2/p1/current", "usage-read-c1-00000000") == 403
+    assert status("/v1/usage/c1/p1/current", "usage-ingest-000000000") == 403
+    assert status("/v1/usage/c1/p1/current", None) == 401
+    nothing = client.get("/v1/usage/c1/nobody/current", headers={"Authorization": "Bearer usage-read-all-0000000"})
+    assert nothing.status_code == 200 and nothing.json()["balances"] == [] and nothing.json()["posted_to"] is None

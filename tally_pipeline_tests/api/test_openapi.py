@@ -159,6 +159,14 @@ def test_every_documented_answer_is_produced_and_matches_the_spec(store: Store, 
     call(client, "GET", "/v1/usage", 401)
     call(client, "GET", "/v1/usage", 403, headers=admin)
     call(down, "GET", "/v1/usage", 503, headers=reader)
+    # GET /v1/usage/{cloud}/{project_id}/current
+    current = call(client, "GET", "/v1/usage/c1/p1/current", 200, headers=reader)
+    assert current["month"] and isinstance(current["balances"], list)
+    call(client, "GET", f"/v1/usage/c1/{nul}/current", 400, headers=reader)
+    call(client, "GET", "/v1/usage/c1/p1/current", 401)
+    call(client, "GET", "/v1/usage/c1/p1/current", 403, headers=admin)
+    call(client, "GET", "/v1/usage/c1/a%2Fb/current", 404, headers=reader)
+    call(down, "GET", "/v1/usage/c1/p1/current", 503, headers=reader)
     # POST /internal/sync/{cloud}, GET /internal/sync/{cloud}/runs/{run_id}
     started = call(client, "POST", f"/internal/sync/{SIM_CLOUD}", 202, headers=admin)
     runs = f"/internal/sync/{SIM_CLOUD}/runs"

@@ -8,7 +8,8 @@ open, and part of it lies before the ledger's window, so both accounts have post
 cycles run inside the month, an hour apart; the requests come half an hour after the second, so
 every entity has pending usage too.
 
-Timed, through the app in this process (routing, auth, the store, JSON; no network):
+Timed, through the app in this process (routing, auth, the store, JSON; no network), and for the
+balance also as a plain call of the service (``current_service_*``: the store's work and the rules):
 ``current`` (``GET /v1/usage/{cloud}/{project}/current`` for the tenant), ``month_query`` (the
 tenant's month grouped, with pending: ``GET /v1/usage?group=month&include=pending``), and
 ``month_page`` (the first page, 1000 rows, of the whole cloud's month, posted only).
@@ -29,6 +30,7 @@ from tally_pipeline.bench.common import percentile
 from tally_pipeline.schemas import default_registry
 from tally_pipeline.services.ingest import Ingestor
 from tally_pipeline.services.ledger.poster import post_usage
+from tally_pipeline.services.usage import current_usage
 from tally_pipeline.store import Store
 from tally_pipeline.store.scratch import scratch_store
 
@@ -61,6 +63,18 @@ def _intervals(entities: int) -> list[tuple[Any, ...]]:
 
 def _p(samples: list[float], share: float) -> float:
     return round(percentile(samples, share) * 1000, 2)
+
+
+def _time_calls(call: Any, repeats: int, warmup: int) -> list[float]:
+    for _ in range(warmup):
+        call()
+    samples = []
+    gc.collect()
+    for _ in range(repeats):
+        started = time.perf_counter()
+        call()
+        samples.append(time.perf_counter() - started)
+    return samples
 
 
 def _time(client: TestClient, path: str, repeats: int, warmup: int) -> list[float]:
@@ -104,6 +118,9 @@ def _run(store: Store, entities: int, requests: int) -> dict[str, Any]:
                        f"&from=2026-03-01T00:00:00Z&to={month_to}",
         "month_page": f"/v1/usage?cloud={CLOUD}&group=month&from=2026-03-01T00:00:00Z&to={month_to}&limit=1000",
     }
+    # the service alone (store and rules, no HTTP): what the route adds is the difference
+    service = _time_calls(lambda: current_usage(store, registry, now=ASKED_AT, ingest_lag=LAG, window_days=WINDOW_DAYS,
+                                                cloud=CLOUD, project_id=TENANT), requests, warmup=10)
     with TestClient(create_app(ctx)) as client:
         balance = client.get(paths["current"]).json()
         current = _time(client, paths["current"], requests, warmup=10)
@@ -121,6 +138,8 @@ def _run(store: Store, entities: int, requests: int) -> dict[str, Any]:
         "requests": requests,
         "current_p50_ms": _p(current, 0.5),
         "current_p99_ms": _p(current, 0.99),
+        "current_service_p50_ms": _p(service, 0.5),
+        "current_service_p99_ms": _p(service, 0.99),
         "month_query_p50_ms": _p(month, 0.5),
         "month_query_p99_ms": _p(month, 0.99),
         "month_page_rows": 1000,

@@ -60,7 +60,7 @@ for command in (serve.serve, ingest.ingest, snapshot.snapshot, demo.demo, query.
 GROUPS: dict[str, tuple[str, tuple[click.Command, ...]]] = {
     "bench": ("Benchmarks: each prints its measurements as JSON.",
               (bench.bench_ingest, bench.bench_projection, bench.bench_accuracy, bench.bench_reconcile,
-               bench.bench_dead_letter, ledger.bench_post_command, collect.bench_collect,
+               bench.bench_dead_letter, ledger.bench_post_command, bench.bench_usage_api, collect.bench_collect,
                openstack_bench.bench_openstack, soak.bench_soak)),
     "collect": ("Collectors: read a cloud's own event stream into the ingest API.", (collect.collect_openstack,)),
     "dead-letter": ("The dead letter (rejected_events).", (dead_letter.purge,)),

@@ -19,7 +19,7 @@ from starlette.requests import ClientDisconnect, Request
 from starlette.responses import Response, StreamingResponse
 from starlette.routing import Route
 
-from tally_pipeline.api import resources, sync_routes
+from tally_pipeline.api import resources, sync_routes, usage_routes
 from tally_pipeline.api.auth import Principal
 from tally_pipeline.api.bodies import (
     BadBody,
@@ -360,6 +360,8 @@ def create_app(ctx: ApiContext) -> Starlette:
         Route(f"{resource}/events", _bound(resources.resource_events, ctx), methods=["GET"]),
         Route(f"{resource}/lifecycle", _bound(resources.resource_lifecycle, ctx), methods=["GET"]),
         Route("/v1/inventory", _bound(resources.get_inventory, ctx), methods=["GET"]),
+        Route("/v1/usage", _bound(usage_routes.get_usage, ctx), methods=["GET"]),
+        Route("/v1/usage/{cloud}/{project_id}/current", _bound(usage_routes.get_current_usage, ctx), methods=["GET"]),
         Route("/internal/sync/{cloud}", _bound(sync_routes.post_sync, ctx), methods=["POST"]),
         Route("/internal/sync/{cloud}/runs/{run_id}", _bound(sync_routes.get_sync_run, ctx), methods=["GET"]),
         Route("/healthz", _bound(healthz, ctx), methods=["GET"]),

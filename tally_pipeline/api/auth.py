@@ -5,7 +5,9 @@ only as SHA-256 digests and every presented token is compared with every known d
 constant time, so neither timing nor an early exit tells which token nearly matched.
 
 Scopes: ``ingest:<cloud>`` / ``ingest:*`` (write events for a cloud), ``read`` (queries, the dead
-letter), ``admin`` (internal calls such as a sync). Scopes are independent: admin does not imply read.
+letter, usage), ``read:<cloud>`` (one cloud's usage, and nothing else: a tenant's dashboard or a
+billing system of that cloud), ``admin`` (internal calls such as a sync). Scopes are independent:
+admin does not imply read.
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 from tally_pipeline.core.errors import TallyError
 from tally_pipeline.redaction import yaml_error_text
 
-SCOPE_PATTERN = re.compile(r"^(read|admin|ingest:\*|ingest:[A-Za-z0-9_.-]{1,63})$")
+SCOPE_PATTERN = re.compile(r"^(read|read:[A-Za-z0-9_.-]{1,63}|admin|ingest:\*|ingest:[A-Za-z0-9_.-]{1,63})$")
 #: Words of example tokens (the shipped examples are ``change-me-…``): a token holding one is refused.
 _PLACEHOLDER = re.compile(r"change[-_ .]?me|replace[-_ .]?me|placeholder|example|your[-_ .]?token|<|>|\.\.\.|…",
                           re.IGNORECASE)
@@ -67,7 +69,7 @@ class _TokenEntry(BaseModel):
             raise ValueError(f"token_sha256 refused: it is the digest of an example placeholder ({HOW_TO_MAKE})")
         for scope in self.scopes:
             if not SCOPE_PATTERN.match(scope):
-                raise ValueError(f"unknown scope {scope!r} (read, admin, ingest:*, ingest:<cloud>)")
+                raise ValueError(f"unknown scope {scope!r} (read, read:<cloud>, admin, ingest:*, ingest:<cloud>)")
         return self
 
 
@@ -91,6 +93,13 @@ class Principal:
 
     def may_ingest(self, cloud: str) -> bool:
         return "ingest:*" in self.scopes or f"ingest:{cloud}" in self.scopes
+
+    def readable_clouds(self) -> frozenset[str] | None:
+        """The clouds whose usage this caller may read: None for every cloud (``read``), else those
+        its ``read:<cloud>`` scopes name (empty: none)."""
+        if "read" in self.scopes:
+            return None
+        return frozenset(s.removeprefix("read:") for s in self.scopes if s.startswith("read:"))
 
     def may_ingest_any(self) -> bool:
         return any(s.startswith("ingest:") for s in self.scopes)

@@ -7,8 +7,9 @@ import base64
 import binascii
 import json
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Any
 
 import orjson
@@ -66,6 +67,7 @@ class ApiContext:
     dead_letter_quota: DeadLetterQuota | None = None  # None: from the runtime's configuration (or the default)
     syncs: Any = None  # the SyncLauncher of POST /internal/sync/{cloud}; None: built from the runtime when first used
     parse_workers: int = 2  # bodies parsed at once, each in a worker thread (the rest wait their turn there)
+    clock: Callable[[], datetime] = field(default=lambda: datetime.now(UTC))  # "now" of the usage readings
     parse_slots: threading.BoundedSemaphore = field(init=False, repr=False)
 
     def __post_init__(self) -> None:

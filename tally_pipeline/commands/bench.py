@@ -117,3 +117,18 @@ def bench_dead_letter(rows: int, item_kb: int, database: str | None, linger: flo
             report = dead_letter.run(url, rows=rows, item_kb=item_kb, progress=bar.update)
     report["linger_s"] = SharedFile.linger_s if url.startswith("duckdb://") else None
     click.echo(json.dumps(report, indent=2))
+
+
+@click.command("usage-api")
+@click.option("--entities", type=click.IntRange(min=7), default=1_000_000, show_default=True,
+              help="Entities in the ledger; one tenant project of 1,000 resources among them.")
+@click.option("--requests", "n_requests", type=click.IntRange(min=10), default=200, show_default=True,
+              help="Timed requests per query.")
+@click.option("--keep", is_flag=True, help="Keep the benchmark's schema (Postgres) instead of dropping it.")
+@with_runtime
+def bench_usage_api(rt: Runtime, entities: int, n_requests: int, keep: bool) -> None:
+    """Time the usage API (a project's live balance, a month's grouped query) over a ledger of N
+    entities, in a throw-away schema; print JSON."""
+    from tally_pipeline.bench.usage_api import bench_usage_api as run
+
+    click.echo(json.dumps(run(rt.config.database, entities, requests=n_requests, keep=keep), indent=2))

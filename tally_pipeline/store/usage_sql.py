@@ -88,6 +88,19 @@ class UsageSQL(abc.ABC):
             " 3600 * m.divisor AS d, i.size, m.per, m.path, i.resource_type, i.resource_id"
         )
 
+    # -- reading the ledger ---------------------------------------------------------------------
+
+    @abc.abstractmethod
+    def period(self, column: str, group: Literal["day", "month"]) -> str:
+        """The UTC day (``YYYY-MM-DD``) or month (``YYYY-MM``) of a timestamptz column, as text."""
+
+    def read_snapshot(self, uow: UnitOfWork) -> None:  # noqa: B027 - a DuckDB transaction is one snapshot
+        """Make this transaction's statements read one snapshot (call it first; the transaction only reads)."""
+
+    def binary(self, column: str) -> str:
+        """A text column compared and ordered byte by byte, as Python orders ``str`` (DuckDB's default)."""
+        return column
+
     def bigint(self, value: int) -> Fragment:
         """An integer parameter typed as BIGINT (µs instants)."""
         return Fragment("CAST(%s AS BIGINT)", (value,))

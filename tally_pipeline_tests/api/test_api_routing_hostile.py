@@ -25,7 +25,7 @@ def client(store: Store) -> TestClient:
     return TestClient(build_api(store).app, raise_server_exceptions=False)
 
 
-@pytest.mark.parametrize("path", ["/v1/inventory", "/v1/rejected"])
+@pytest.mark.parametrize("path", ["/v1/inventory", "/v1/rejected", "/v1/usage"])
 @pytest.mark.parametrize("limit", [
     "²",  # a superscript: str.isdigit() holds, int() fails
     "٥",  # an Arabic-Indic five: int() reads it as 5
@@ -41,7 +41,7 @@ def test_a_limit_that_is_not_plain_ascii_digits_is_a_400_naming_it(client: TestC
     assert "limit" in response.json()["detail"]
 
 
-@pytest.mark.parametrize("path", ["/v1/inventory", "/v1/rejected"])
+@pytest.mark.parametrize("path", ["/v1/inventory", "/v1/rejected", "/v1/usage"])
 def test_a_plain_limit_still_works(client: TestClient, path: str) -> None:
     for limit in ("1", "1000", "0005"):
         assert client.get(path, params={"limit": limit}, headers=bearer(ALL)).status_code == 200, limit

@@ -148,6 +148,25 @@ def test_every_documented_answer_is_produced_and_matches_the_spec(store: Store, 
     call(client, "GET", "/v1/inventory", 401)
     call(client, "GET", "/v1/inventory", 403, headers=admin)
     call(down, "GET", "/v1/inventory", 503, headers=reader)
+    # GET /v1/usage (the volumes above are pending usage: no cycle has posted them)
+    usage = call(client, "GET", "/v1/usage?include=pending&group=day&limit=1", 200, headers=reader)
+    assert usage["usage"] and usage["usage"][0]["provisional"] is True and usage["next_cursor"] is not None
+    call(client, "GET", f"/v1/usage?include=pending&group=day&cursor={usage['next_cursor']}", 200, headers=reader)
+    call(client, "GET", "/v1/usage?group=month", 200, headers={**reader, "Accept": "text/csv"})
+    call(client, "GET", "/v1/usage?from=2026-03-02T00:00:00Z&to=2026-03-01T00:00:00Z", 400, headers=reader)
+    call(client, "GET", "/v1/usage?group=week", 400, headers=reader)
+    call(client, "GET", "/v1/usage?cursor=nonsense", 400, headers=reader)
+    call(client, "GET", "/v1/usage", 401)
+    call(client, "GET", "/v1/usage", 403, headers=admin)
+    call(down, "GET", "/v1/usage", 503, headers=reader)
+    # GET /v1/usage/{cloud}/{project_id}/current
+    current = call(client, "GET", "/v1/usage/c1/p1/current", 200, headers=reader)
+    assert current["month"] and isinstance(current["balances"], list)
+    call(client, "GET", f"/v1/usage/c1/{nul}/current", 400, headers=reader)
+    call(client, "GET", "/v1/usage/c1/p1/current", 401)
+    call(client, "GET", "/v1/usage/c1/p1/current", 403, headers=admin)
+    call(client, "GET", "/v1/usage/c1/a%2Fb/current", 404, headers=reader)
+    call(down, "GET", "/v1/usage/c1/p1/current", 503, headers=reader)
     # POST /internal/sync/{cloud}, GET /internal/sync/{cloud}/runs/{run_id}
     started = call(client, "POST", f"/internal/sync/{SIM_CLOUD}", 202, headers=admin)
     runs = f"/internal/sync/{SIM_CLOUD}/runs"

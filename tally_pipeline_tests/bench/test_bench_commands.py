@@ -109,3 +109,25 @@ def test_dead_letter_bench_stores_every_refused_item_and_reports_each_tenth(stor
     with open_store(store_url) as store:
         assert store.query("SELECT count(*), min(reason), max(reason) FROM rejected_events") == \
             [(20, "size_schema", "size_schema")]
+
+
+@pytest.mark.parametrize("store_url", ["duckdb", "postgres"], indirect=True)
+def test_usage_api_bench_times_the_live_balance_and_its_figures_are_the_ledgers(store_url: str) -> None:
+    from datetime import timedelta
+    from decimal import Decimal
+
+    from tally_pipeline.bench import usage_api
+
+    report = _bench("usage-api", "--database", store_url, "--entities", "31", "--requests", "10")
+    assert report["entities"] == 31 and report["tenant_resources"] == 1000
+    for key in ("current_p99_ms", "current_service_p99_ms", "month_query_p99_ms", "month_page_p99_ms"):
+        assert report[key] > 0
+    # the tenant's 700 instances ran from 40 days before the month: posted through the second
+    # cycle's clamp (both cycles are dated in the month), pending for the half hour since
+    clamp = usage_api.FIRST_CYCLE + timedelta(hours=1) - timedelta(seconds=usage_api.LAG)
+    hours = Decimal((clamp - (usage_api.MONTH - timedelta(days=40))) / timedelta(hours=1))
+    balance = {(b["meter"], b["account"]): b for b in report["tenant_balance"]}
+    instance = [balance[("instance_hours", account)] for account in ("usage", "aged_out")]
+    assert sum(Decimal(b["posted"]) for b in instance) == 700 * hours
+    assert sum(Decimal(b["pending"]) for b in instance) == Decimal(350)
+    assert Decimal(balance[("instance_hours", "aged_out")]["posted"]) > 0  # the days before the window

@@ -12,11 +12,11 @@ and as of the batch's. The difference, per entity, is ``late`` in ``core.ledger.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from datetime import datetime
 
 from tally_pipeline.core.fold import FoldEvent, Interval, fold, fold_rows_by_resource
-from tally_pipeline.core.ledger import EntityKey, usage_moved
+from tally_pipeline.core.ledger import Checkpoint, CycleWindow, EntityKey, late_span, usage_moved
 from tally_pipeline.core.registry import Meter
 from tally_pipeline.store import ledger_late
 from tally_pipeline.store.base import UnitOfWork
@@ -50,4 +50,36 @@ def late_usage(
                             _intervals_as_of(events, since), start, end)
         for key, micro in moved.items():
             out[key] = out.get(key, 0) + micro
+    return out
+
+
+#: Late usage already computed, per (checkpoint watermark, checkpoint boundary, batch watermark):
+#: the entities of one cycle mostly share all three, and each computation reads histories.
+LateMemo = dict[tuple[int, datetime, int], dict[EntityKey, int]]
+
+
+def late_for(
+    uow: UnitOfWork,
+    sql: UsageSQL,
+    meters: Iterable[Meter],
+    window: CycleWindow,
+    entities: Sequence[tuple[EntityKey, Checkpoint]],
+    watermark: int,
+    memo: LateMemo,
+) -> dict[EntityKey, int]:
+    """``late`` (``core.ledger.aged_part``) for each entity whose split needs it (``core.ledger.late_span``)."""
+    meters = list(meters)
+    out: dict[EntityKey, int] = {}
+    for key, checkpoint in entities:
+        span = late_span(checkpoint, window, watermark)
+        if span is None:
+            continue
+        since, start = span
+        moved = memo.get((since, start, watermark))
+        if moved is None:
+            moved = memo[(since, start, watermark)] = late_usage(
+                uow, sql, meters, since=since, upto=watermark, start=start, end=window.boundary
+            )
+        if key in moved:
+            out[key] = moved[key]
     return out

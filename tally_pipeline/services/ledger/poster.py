@@ -42,14 +42,13 @@ from tally_pipeline.core.ledger import (
     EntityKey,
     EntityTotals,
     NonMonotonicCheckpoint,
-    late_span,
     needs_posting,
     plan_delta,
 )
 from tally_pipeline.core.registry import Meter, SizeSchemaRegistry
 from tally_pipeline.core.timeutil import format_rfc3339
 from tally_pipeline.core.usage import to_units
-from tally_pipeline.services.ledger.late import late_usage
+from tally_pipeline.services.ledger.late import LateMemo, late_for
 from tally_pipeline.store import ledger_checkpoints, ledger_late, ledger_postings, ledger_records
 from tally_pipeline.store.base import Store, StoreError, UnitOfWork
 from tally_pipeline.store.usage_reads import batch_totals, begun_projects
@@ -186,9 +185,7 @@ class _Cycle:
     window: CycleWindow
     cycle_id: str
     on_stage: StageHook
-    # late usage per (checkpoint watermark, checkpoint boundary, batch watermark): the batches of a
-    # cycle mostly share all three, and each computation reads histories
-    late: dict[tuple[int, datetime, int], dict[EntityKey, int]] = field(default_factory=dict)
+    late: LateMemo = field(default_factory=dict)  # shared by the batches (late.LateMemo)
 
 
 def _no_hook(stage: str, info: dict[str, Any]) -> None:
@@ -410,20 +407,4 @@ def _late(
     uow: UnitOfWork, cycle: _Cycle, pending: Sequence[tuple[EntityKey, Checkpoint]], watermark: int
 ) -> dict[EntityKey, int]:
     """``late`` for each pending entity whose split needs it (``core.ledger.late_span``)."""
-    out: dict[EntityKey, int] = {}
-    for key, checkpoint in pending:
-        span = late_span(checkpoint, cycle.window, watermark)
-        if span is None:
-            continue
-        since, start = span
-        memo = (since, start, watermark)
-        moved = cycle.late.get(memo)
-        if moved is None:
-            moved = cycle.late[memo] = late_usage(
-                uow, cycle.sql, cycle.by_name.values(), since=since, upto=watermark, start=start,
-                end=cycle.window.boundary,
-            )
-        if key in moved:
-            out[key] = moved[key]
-    return out
-
+    return late_for(uow, cycle.sql, cycle.by_name.values(), cycle.window, pending, watermark, cycle.late)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import itertools
 from collections.abc import Iterator, Sequence
 from contextlib import ExitStack
-from typing import Any
+from typing import Any, Literal
 
 import pyarrow as pa
 
@@ -20,6 +20,8 @@ _ARROW: dict[RowKind, pa.DataType] = {
     "micro": pa.string(),
     "date": pa.date32(),
 }
+
+_STRFTIME = {"day": "%Y-%m-%d", "month": "%Y-%m"}
 
 _names = itertools.count()
 
@@ -49,6 +51,10 @@ class DuckDBUsageSQL(UsageSQL):
 
     def usage(self, through: str, x: str = "x") -> str:
         return f"(({x}.v * {self.span(through, x)}) // {x}.d)"
+
+    def period(self, column: str, group: Literal["day", "month"]) -> str:
+        # the store's connections run in UTC (store.py), so the timestamptz formats as a UTC instant
+        return f"strftime({column}, '{_STRFTIME[group]}')"
 
     def micro_to_amount(self, expr: str) -> str:
         return f"CAST(CAST({expr} AS DECIMAL(38,0)) * 0.000001 AS DECIMAL(38,6))"

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
 from contextlib import ExitStack
-from typing import Any
+from typing import Any, Literal
 
 import orjson
 
@@ -20,6 +20,9 @@ _FROM_JSON: dict[RowKind, str] = {
     "micro": "{e}",
     "date": "({e})::date",
 }
+
+
+_TO_CHAR = {"day": "YYYY-MM-DD", "month": "YYYY-MM"}
 
 
 class PostgresUsageSQL(UsageSQL):
@@ -47,6 +50,19 @@ class PostgresUsageSQL(UsageSQL):
 
     def usage(self, through: str, x: str = "x") -> str:
         return f"div({x}.v * {self.span(through, x)}, {x}.d)"
+
+    def period(self, column: str, group: Literal["day", "month"]) -> str:
+        return f"to_char({column} AT TIME ZONE 'UTC', '{_TO_CHAR[group]}')"
+
+    def read_snapshot(self, uow: UnitOfWork) -> None:
+        # READ COMMITTED gives each statement its own snapshot: a cycle committing between the read
+        # of the postings and that of the checkpoints would count its delta twice, or not at all.
+        # Not READ ONLY: the late usage's history read stages its keys in a temporary table.
+        uow.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
+
+    def binary(self, column: str) -> str:
+        # the database's collation may order "B" after "a"; the API pages in Python's order
+        return f'{column} COLLATE "C"'
 
     def micro_to_amount(self, expr: str) -> str:
         return f"(({expr})::numeric(38,0) * 0.000001)::numeric(38,6)"

@@ -15,7 +15,7 @@ from datetime import datetime
 from tally_pipeline.adapters.base import AdapterError, Confirmation, DeletedListing, DeletedResource, ListedResource
 from tally_pipeline.core.timeutil import to_utc
 from tally_pipeline.core.transitions import in_transition, never_ran
-from tally_pipeline.sim.platform import PlatformView, in_down_cell
+from tally_pipeline.sim.platform import PlatformRecord, PlatformView, in_down_cell
 from tally_pipeline.sim.spec import SIMULATED_TYPES
 
 
@@ -60,6 +60,7 @@ class SimulatedAdapter:
                 created_at=record.created_at,
                 updated_at=record.updated_at,
                 never_ran=never_ran(record.resource_type, record.status),
+                started_at=_launched(record),
             )
 
     def deleted_since(self, since: datetime, *, at: datetime) -> DeletedListing:
@@ -80,6 +81,7 @@ class SimulatedAdapter:
                 size=record.size,
                 created_at=record.created_at,
                 deleted_at=record.deleted_at,
+                started_at=_launched(record),
             )
             for record in self.platform.deleted_servers(self.cloud, to_utc(since), to_utc(at))
             if record.deleted_at is not None and not (self._cell_down("instance") and in_down_cell(record.resource_id))
@@ -119,3 +121,11 @@ def simulated_adapter(cloud_name: str, config, *, platform: PlatformView | None 
 
         platform = simulate_cloud(cloud_name, config, now=now).platform
     return SimulatedAdapter(platform, cloud_name)
+
+
+def _launched(record: PlatformRecord) -> datetime | None:
+    """A simulated server launches as it is made, unless its record says otherwise (as nova's
+    ``launched_at``, which the fake nova shows alike); the other types keep no launch."""
+    if record.resource_type != "instance":
+        return None
+    return record.launched_at or record.created_at

@@ -132,7 +132,8 @@ def server_json(record: PlatformRecord, *, microversion: tuple[int, int], base_u
         "OS-EXT-STS:power_state": _POWER_STATE.get(record.status, 1),
         "OS-EXT-STS:task_state": record.task_state,
         "OS-EXT-STS:vm_state": _VM_STATE.get(record.status, "active"),
-        "OS-SRV-USG:launched_at": time_naive_micro(record.created_at),
+        # nova's usage runs launched_at → terminated_at (os-simple-tenant-usage); both with microseconds
+        "OS-SRV-USG:launched_at": time_naive_micro(record.launched_at or record.created_at),
         # nova stamps terminated_at on a hard delete only; a soft delete shows in ``updated``
         "OS-SRV-USG:terminated_at": time_naive_micro(record.deleted_at) if deleted else None,
         "os-extended-volumes:volumes_attached": [],

@@ -90,6 +90,8 @@ def expected_listing(records: list[PlatformRecord], transitional: dict[str, bool
             resource_type=r.resource_type, resource_id=r.resource_id, project_id=r.project_id, size=r.size,
             status=r.status, in_transition=transitional[r.resource_id], created_at=r.created_at,
             updated_at=r.updated_at, never_ran=NEVER_RAN.get(r.resource_id),
+            # nova's launched_at, where its usage starts: the fake stamps it at the creation
+            started_at=(r.launched_at or r.created_at) if r.resource_type == "instance" else None,
         )
         for r in records
     }

@@ -33,6 +33,8 @@ PROJECT = "cea4b25edb484e5392727181b7721d29"
 T0 = datetime(2026, 3, 1, tzinfo=UTC)
 # Nova sends its two formats with two notifier calls: the versioned message is a few ms later.
 LAG = timedelta(milliseconds=3)
+# The API request comes before the launch (scheduling, image download): billing starts at the launch.
+REQUEST = timedelta(seconds=7)
 TINY = {"name": "m1.tiny", "vcpus": 1, "memory_mb": 512, "root_gb": 0}  # ceilometer's resize.revert.end sample
 SMALL = {"name": "m1.small", "vcpus": 1, "memory_mb": 2048, "root_gb": 20}  # its finish_resize.end sample
 
@@ -87,7 +89,9 @@ def legacy_messages() -> list[dict[str, Any]]:
         payload.update(
             instance_id=SERVER, tenant_id=PROJECT, state=state, instance_type=flavor["name"], vcpus=flavor["vcpus"],
             memory_mb=flavor["memory_mb"], root_gb=flavor["root_gb"], disk_gb=flavor["root_gb"],
-            created_at=str(T0.replace(tzinfo=None)),  # nova's str(created_at)
+            # nova's str(created_at): the request, 7 s before the launch that starts billing
+            created_at=str((T0 - REQUEST).replace(tzinfo=None)),
+            launched_at=(T0 + timedelta(microseconds=985_999)).strftime("%Y-%m-%d %H:%M:%S.%f"),
             deleted_at=_nova_iso(dated, action) if dated and action != "create" else "",
             terminated_at=_nova_iso(dated, action) if dated and action == "delete" else "",
         )
@@ -103,7 +107,8 @@ def versioned_messages() -> list[dict[str, Any]]:
         out.append(versioned_sample(
             VERSIONED_SAMPLE[action], message_id=f"versioned-{n}", timestamp=_oslo(sent + LAG),
             uuid=SERVER, tenant_id=PROJECT, state=state,
-            flavor={"nova_object.data": dict(flavor)}, created_at=T0.strftime("%Y-%m-%dT%H:%M:%SZ"),
+            flavor={"nova_object.data": dict(flavor)}, created_at=(T0 - REQUEST).strftime("%Y-%m-%dT%H:%M:%SZ"),
+            launched_at=T0.strftime("%Y-%m-%dT%H:%M:%SZ"),
             deleted_at=instant, terminated_at=instant if action == "delete" else None,
         ))
     return out

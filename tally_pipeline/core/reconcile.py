@@ -417,7 +417,9 @@ def _diff_listed(item: ListedResource, p: ProjectedResource | None, settle_from:
         result.corrections.append(Correction("create", rtype, rid, start, item.project_id, item.size,
                                              "not in projection" + (f"; {stuck}" if stuck else ""),
                                              stuck=stuck is not None, status=status,
-                                             requested_at=_requested(item.created_at, start)))
+                                             # a resource with history has its request there already
+                                             # (the collector keeps nova's create.start)
+                                             requested_at=_requested(item.created_at, start) if p is None else None))
         outcome.corrections += 1
         outcome.stuck_transition += stuck is not None
 

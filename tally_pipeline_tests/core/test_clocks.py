@@ -66,6 +66,15 @@ def test_a_create_is_dated_at_the_launch_and_its_request_becomes_a_note() -> Non
     assert again == [note]  # a retried run writes the same note id
 
 
+def test_a_resource_with_history_keeps_its_own_request_and_gets_no_second_note() -> None:
+    """The collector stored nova's create.start (the projection holds it unborn), create.end was lost."""
+    unborn = reconcile.ProjectedResource.at("instance", "srv-late", "unborn", None, None, CREATED)
+    result = reconcile.plan([unborn], [Enumerated("instance", [_server("srv-late", LAUNCHED)])], None, SETTINGS, NOW)
+    (create,) = result.corrections
+    assert (create.occurred_at, create.requested_at) == (LAUNCHED, None)
+    assert reconcile.request_notes("c", "run", result.corrections) == []
+
+
 def test_a_launch_inside_the_settle_window_waits_even_when_the_request_was_earlier() -> None:
     launched = NOW - timedelta(minutes=2)
     listing = Enumerated("instance", [_server("srv-new", launched)])

@@ -59,7 +59,9 @@ class SimulatedAdapter:
                 in_transition=in_transition(record.resource_type, record.status, record.task_state),
                 created_at=record.created_at,
                 updated_at=record.updated_at,
-                never_ran=never_ran(record.resource_type, record.status),
+                never_ran=never_ran(record.resource_type, record.status,
+                                    launched=_launched(record) is not None if record.resource_type == "instance"
+                                    else None),
                 started_at=_launched(record),
             )
 
@@ -124,8 +126,10 @@ def simulated_adapter(cloud_name: str, config, *, platform: PlatformView | None 
 
 
 def _launched(record: PlatformRecord) -> datetime | None:
-    """A simulated server launches as it is made, unless its record says otherwise (as nova's
-    ``launched_at``, which the fake nova shows alike); the other types keep no launch."""
+    """A simulated server's launch as the fake nova shows it (``fakes.openstack_json.launched_at``):
+    its record's own, else its creation, none while it first builds; the other types keep no launch."""
     if record.resource_type != "instance":
         return None
-    return record.launched_at or record.created_at
+    if record.launched_at is not None:
+        return record.launched_at
+    return None if record.status == "BUILD" else record.created_at

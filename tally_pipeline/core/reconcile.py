@@ -461,12 +461,11 @@ def _recover(gone: Iterable[DeletedResource], by_type: Mapping[str, Mapping[str,
         # The deleted listing shows the deletion, rarely the life before it: a status it does not
         # show is marked unknowable, never left empty (every meter would bill it silently).
         why = "created and deleted between runs"
-        shown = d.status or UNKNOWN_STATUS
         result.corrections.append(Correction(
             "create", d.resource_type, d.resource_id, start, d.project_id, d.size,
             why if d.status else f"{why}; status unknown (the deleted listing shows only the deletion)",
-            recovered=True, status=shown if d.resource_type in STATUS_TYPES else d.status,
-            requested_at=_requested(d.created_at, start)))
+            recovered=True, status=d.status or UNKNOWN_STATUS,
+            requested_at=_requested(d.created_at, start) if p is None else None))
         result.corrections.append(Correction("delete", d.resource_type, d.resource_id, d.deleted_at, None, None,
                                              why, recovered=True))
 

@@ -16,6 +16,8 @@ from datetime import UTC, datetime
 from typing import Any
 
 from tally_pipeline.adapters.base import AdapterError, DeletedResource, ListedResource, SkipItem
+from tally_pipeline.collector.openstack_nova import api_status
+from tally_pipeline.core.clocks import on_clock
 from tally_pipeline.core.transitions import in_transition, never_ran
 
 #: Nova's placeholder status (microversion 2.69+) for a server in a cell it cannot reach.
@@ -49,6 +51,7 @@ def server(raw: dict[str, Any]) -> ListedResource:
         created_at=created_at,
         updated_at=updated_at,
         never_ran=never_ran("instance", status, launched=_launched(raw)),
+        started_at=_launched_at(raw, sid),
     )
 
 
@@ -60,6 +63,23 @@ def _launched(raw: dict[str, Any]) -> bool | None:
     if "OS-SRV-USG:launched_at" not in raw:
         return None
     return raw["OS-SRV-USG:launched_at"] not in (None, "")
+
+
+def _launched_at(raw: dict[str, Any], sid: str) -> datetime | None:
+    """Nova's launch time, where its usage starts (``core/clocks.py``); None before the first launch."""
+    launched = _instant(raw.get("OS-SRV-USG:launched_at"), "server", sid)
+    return None if launched is None else on_clock("instance", launched)
+
+
+def _life_status(raw: dict[str, Any]) -> str | None:
+    """The status a deleted server's record shows for its life, lower-cased: None when it shows only
+    the deletion (``DELETED`` / ``SOFT_DELETED``, vm_state ``deleted`` / ``soft-delete``), as nova
+    shows every server it deleted through its delete path."""
+    status = _text(raw.get("status")).upper()
+    if status and status not in DELETED_STATUSES:
+        return status.lower()
+    shown = api_status(_text(raw.get("OS-EXT-STS:vm_state")) or None)
+    return None if shown is None or shown in ("deleted", "soft_deleted") else shown
 
 
 def deleted_server(raw: dict[str, Any]) -> DeletedResource:
@@ -80,11 +100,16 @@ def deleted_server(raw: dict[str, Any]) -> DeletedResource:
         deleted_at=deleted_at,
         # a deleted server keeps its launch time: without one it was a build that never ran
         never_ran="never_launched" if _launched(raw) is False else None,
+        started_at=_launched_at(raw, sid),
+        status=_life_status(raw),
     )
 
 
 def deletion_time(raw: dict[str, Any], sid: str, updated_at: datetime | None) -> datetime | None:
-    return _instant(raw.get("OS-SRV-USG:terminated_at"), "server", sid) or updated_at
+    """A deleted server's end of billable life: ``terminated_at`` (where nova's usage ends, and what
+    its delete notification carries), else ``updated``; to the whole second (``core/clocks.py``)."""
+    at = _instant(raw.get("OS-SRV-USG:terminated_at"), "server", sid) or updated_at
+    return None if at is None else on_clock("instance", at)
 
 
 def flavor_size(raw: dict[str, Any], sid: str) -> dict[str, Any]:

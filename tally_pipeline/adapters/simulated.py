@@ -15,7 +15,7 @@ from datetime import datetime
 from tally_pipeline.adapters.base import AdapterError, Confirmation, DeletedListing, DeletedResource, ListedResource
 from tally_pipeline.core.timeutil import to_utc
 from tally_pipeline.core.transitions import in_transition, never_ran
-from tally_pipeline.sim.platform import PlatformView, in_down_cell
+from tally_pipeline.sim.platform import PlatformRecord, PlatformView, in_down_cell
 from tally_pipeline.sim.spec import SIMULATED_TYPES
 
 
@@ -59,7 +59,10 @@ class SimulatedAdapter:
                 in_transition=in_transition(record.resource_type, record.status, record.task_state),
                 created_at=record.created_at,
                 updated_at=record.updated_at,
-                never_ran=never_ran(record.resource_type, record.status),
+                never_ran=never_ran(record.resource_type, record.status,
+                                    launched=_launched(record) is not None if record.resource_type == "instance"
+                                    else None),
+                started_at=_launched(record),
             )
 
     def deleted_since(self, since: datetime, *, at: datetime) -> DeletedListing:
@@ -80,6 +83,7 @@ class SimulatedAdapter:
                 size=record.size,
                 created_at=record.created_at,
                 deleted_at=record.deleted_at,
+                started_at=_launched(record),
             )
             for record in self.platform.deleted_servers(self.cloud, to_utc(since), to_utc(at))
             if record.deleted_at is not None and not (self._cell_down("instance") and in_down_cell(record.resource_id))
@@ -119,3 +123,13 @@ def simulated_adapter(cloud_name: str, config, *, platform: PlatformView | None 
 
         platform = simulate_cloud(cloud_name, config, now=now).platform
     return SimulatedAdapter(platform, cloud_name)
+
+
+def _launched(record: PlatformRecord) -> datetime | None:
+    """A simulated server's launch as the fake nova shows it (``fakes.openstack_json.launched_at``):
+    its record's own, else its creation, none while it first builds; the other types keep no launch."""
+    if record.resource_type != "instance":
+        return None
+    if record.launched_at is not None:
+        return record.launched_at
+    return None if record.status == "BUILD" else record.created_at

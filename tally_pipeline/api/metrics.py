@@ -100,7 +100,7 @@ def store_families(store: Any, clouds: list[str], known: Collection[str] | None 
     its counts): the page's size does not grow with what writers put in ``cloud``.
     """
     from tally_pipeline.services.alerts import activity, last_runs, last_success
-    from tally_pipeline.store import asset_reads, sync_runs
+    from tally_pipeline.store import asset_reads, resource_reads, sync_runs
 
     named = frozenset(clouds) if known is None else frozenset(known)
 
@@ -172,6 +172,14 @@ def store_families(store: Any, clouds: list[str], known: Collection[str] | None 
         family = gauge(name, help_text, ["cloud"])
         for run in runs:
             family.add_metric([run.cloud], value(run))
+    unknown = gauge("tally_intervals_unknown_status", "Resource intervals whose platform status is unknowable "
+                    "(marked unknown: billed unless a meter names it in unbilled_statuses).", ["cloud", "resource_type"])
+    unknown_counts: dict[tuple[str, str], int] = {}
+    for cloud, rtype, n in resource_reads.unknown_status_intervals(store):
+        label = (cloud if cloud in named else OTHER_CLOUD, rtype)
+        unknown_counts[label] = unknown_counts.get(label, 0) + n
+    for (cloud, rtype), n in sorted(unknown_counts.items()):
+        unknown.add_metric([cloud, rtype], n)
     families.extend(_ledger_skips(store))
     return families
 

@@ -25,9 +25,11 @@ octavia.loadbalancer.create.end /      load_balancer    flavor_id (when the payl
 delete.end
 =====================================  ===============  =========================================
 
-A create is dated at the resource's ``created_at`` when the payload has it (the lifecycle starts
-when the resource was made, not when the message was sent), a delete at ``deleted_at`` /
-``terminated_at`` when the payload has it; anything else at the notification's timestamp.
+A create is dated where the platform starts accounting for the resource (``core/clocks.py``): a
+nova server's ``launched_at`` (its request, ``create.start``, is kept as a note), the others'
+``created_at`` when the payload has it; a delete at nova's ``terminated_at``, glance's ``deleted_at``;
+anything else at the notification's timestamp (not when the message was sent, where the payload knows
+better).
 Anything else is returned as ``Unmapped`` with a kind and a reason code: reported, never guessed.
 Types of these services that never change usage are ``ignored`` (by code: ``error_priority``,
 ``step``, ``audit``, ``no_usage_change``); ``NotificationOutcomes`` counts them.

@@ -9,6 +9,11 @@ and two events at instants a few milliseconds apart where only the message does 
 the second is a create or update while live with the same size, which the fold makes a no-op, so
 nothing is billed twice.
 
+Billable life starts at the payload's ``launched_at`` (``create.end``) and ends at its
+``terminated_at`` (``delete.end``), nova's own usage clocks (``core/clocks.py``); the request,
+``create.start`` at its ``created_at``, is stored as a note (history, no state, no meter), so the
+time between request and launch stays visible and is never billed.
+
 The stored event type is chosen for the verb the fold needs, since the verb rule reads tokens:
 nova's ``soft_delete`` and ``restore`` have neither a ``delete`` nor a ``create`` token.
 
@@ -26,8 +31,10 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 from tally_pipeline.collector.openstack_fields import Extracted, Invalid, optional_text, text, whole
+from tally_pipeline.core.clocks import clocks_of
 
 NovaFormat = Literal["legacy", "versioned"]
+_CLOCKS = clocks_of("instance")
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,9 +50,15 @@ class NovaAction:
     sized: bool
 
 
-CREATE = NovaAction("create", "compute.instance.create.end", ("created_at",), True)
-DELETE = NovaAction("delete", "compute.instance.delete.end", ("deleted_at", "terminated_at"), False)
-# Nova's API sets deleted_at when it soft-deletes (and clears it on restore), so both formats carry it.
+# Billable life runs from launched_at to terminated_at, as nova's own usage counts it and as
+# reconciliation dates it from the listing (core/clocks.py): the request (created_at) is kept as a
+# note, billed by no meter. A create.end nova sends only after the launch; one without launched_at
+# is dated at the message, which is never earlier than the launch.
+CREATE_START = NovaAction("create_start", "compute.instance.create.start", ("created_at",), True)
+CREATE = NovaAction("create", "compute.instance.create.end", (_CLOCKS.starts_at,), True)
+DELETE = NovaAction("delete", "compute.instance.delete.end", (*_CLOCKS.ends_at, "deleted_at"), False)
+# Nova's API sets deleted_at when it soft-deletes (and clears it on restore), so both formats carry
+# it; it stamps no terminated_at then (the deleted listing shows the soft delete in ``updated``).
 SOFT_DELETE = NovaAction("soft_delete", "compute.instance.soft_delete.delete.end", ("deleted_at", "terminated_at"), False)
 # A restore starts a new lifecycle at the restore; nova's payload has no instant of its own for it.
 RESTORE = NovaAction("restore", "compute.instance.restore.create.end", (), True)
@@ -64,7 +77,7 @@ SHELVE = NovaAction("shelve", "compute.instance.shelve.end", (), True)
 SHELVE_OFFLOAD = NovaAction("shelve_offload", "compute.instance.shelve_offload.end", (), True)
 UNSHELVE = NovaAction("unshelve", "compute.instance.unshelve.end", (), True)
 POWER_ACTIONS = (POWER_OFF, POWER_ON, SUSPEND, RESUME, PAUSE, UNPAUSE, SHELVE, SHELVE_OFFLOAD, UNSHELVE)
-ACTIONS = (CREATE, DELETE, SOFT_DELETE, RESTORE, RESIZE_FINISH, RESIZE_REVERT, RESIZE_CONFIRM, *POWER_ACTIONS)
+ACTIONS = (CREATE_START, CREATE, DELETE, SOFT_DELETE, RESTORE, RESIZE_FINISH, RESIZE_REVERT, RESIZE_CONFIRM, *POWER_ACTIONS)
 
 #: nova's vm_state (the notifications' ``state``) → the status its API shows, lower-cased: nova's
 #: own table (nova/api/openstack/common.py ``_STATE_MAP``, each state's default).
@@ -76,6 +89,7 @@ API_STATUS = {
 }
 
 LEGACY_TYPES: dict[str, NovaAction] = {
+    "compute.instance.create.start": CREATE_START,
     "compute.instance.create.end": CREATE,
     "compute.instance.delete.end": DELETE,
     "compute.instance.soft_delete.end": SOFT_DELETE,
@@ -87,6 +101,7 @@ LEGACY_TYPES: dict[str, NovaAction] = {
     **{action.event_type: action for action in POWER_ACTIONS},
 }
 VERSIONED_TYPES: dict[str, NovaAction] = {
+    "instance.create.start": CREATE_START,
     "instance.create.end": CREATE,
     "instance.delete.end": DELETE,
     "instance.soft_delete.end": SOFT_DELETE,

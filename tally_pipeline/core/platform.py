@@ -33,6 +33,10 @@ class ListedResource:
     #: in ERROR, which octavia cannot tell apart from a failed create). Reconciliation never opens a
     #: lifecycle for it; one already known keeps going.
     never_ran: str | None = None
+    #: Where the platform starts accounting for it, when the type keeps an instant of its own for
+    #: that (nova's ``launched_at``): billable life starts there (``core/clocks.py``), not at
+    #: ``created_at``, the API request.
+    started_at: datetime | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,6 +88,12 @@ class DeletedResource:
     #: As ``ListedResource.never_ran``: a server deleted without ever launching (a failed build) is
     #: never recovered.
     never_ran: str | None = None
+    #: As ``ListedResource.started_at`` (nova's ``launched_at``, which a deleted server keeps).
+    started_at: datetime | None = None
+    #: The status the listing shows for the server's life, lower-cased, or None when it shows only
+    #: the deletion itself (``DELETED``, vm_state ``deleted``): then a recovered lifecycle's status is
+    #: unknowable (``UNKNOWN_STATUS``).
+    status: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,6 +109,11 @@ class ListingScope:
     detail: str
     own_project: str | None = None
 
+
+#: The status of an interval whose platform status is unknowable (a lifecycle recovered from a
+#: deleted listing that shows only the deletion): billed unless a meter lists it in its
+#: ``unbilled_statuses``, and counted wherever it is billed (docs/ledger.md).
+UNKNOWN_STATUS = "unknown"
 
 #: A failed type's code when the credentials cannot see every project (nothing is deleted).
 INSUFFICIENT_SCOPE = "insufficient_scope"

@@ -6,7 +6,7 @@ deferrals and deletes awaiting the platform's confirmation out. The table:
 
 | platform holds           | projection holds | action |
 |--------------------------|------------------|--------|
-| resource                 | nothing live     | ``sync.create``: at the platform's ``created_at`` if the projection never knew it; if it holds it as deleted, at the platform's ``updated`` when that is after the projection's delete (a restore), else at poll time |
+| resource                 | nothing live     | ``sync.create``: where billable life starts (``core/clocks.py``: nova's ``launched_at``, else ``created_at``; the request, when earlier, as a ``sync.create.start`` note) if the projection never knew it; if it holds it as deleted, at the platform's ``updated`` when that is after the projection's delete (a restore), else at poll time |
 | nothing                  | live resource    | ``sync.delete``, once the platform confirms it: at the real deletion time when the platform gives one, else at poll time |
 | resource, other size/project | live resource | ``sync.update`` at poll time |
 | instance, other status | live resource | ``sync.update`` at poll time (``STATUS_TYPES``) |
@@ -18,7 +18,9 @@ dates inside the settle window before the poll; deletes of a type that would los
 mass-delete guard's share of its live resources (types with >= 20 live; decided once per run, on
 the state before it); a delete by absence the platform does not confirm (``unconfirmed``). A listed
 ``UNKNOWN`` placeholder or a skipped (unreadable) item is present: never deleted, never updated.
-A resource the platform shows never ran (a failed build) is never created nor recovered.
+A resource the platform shows never ran (a failed build) is never created nor recovered. A
+recovered lifecycle (created and deleted between runs) carries the status the deleted listing shows
+for its life, else ``unknown`` (``UNKNOWN_STATUS``), never none.
 
 The missed-delete pass runs only over types that enumerated. A listing that holds nothing but the
 credentials' own project while the projection holds other projects' live resources is taken as
@@ -33,8 +35,10 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any, Literal
 
+from tally_pipeline.core.clocks import life_start
 from tally_pipeline.core.platform import (
     INSUFFICIENT_SCOPE,
+    UNKNOWN_STATUS,
     Confirmation,
     DeletedListing,
     DeletedResource,
@@ -98,6 +102,9 @@ class Correction:
     recovered: bool = False  # created and deleted between runs, found in the deleted listing
     stuck: bool = False  # booked although in transition, for longer than the bound
     status: str | None = None  # the platform status it shows (payload.status), lower-cased
+    #: A create whose billable life starts after the platform's request (nova: launched after
+    #: created): the request, written as a ``sync.create.start`` note so the history keeps it.
+    requested_at: datetime | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -386,9 +393,11 @@ def _diff_listed(item: ListedResource, p: ProjectedResource | None, settle_from:
         # A failed build: the platform never ran it, so neither does the bill (ceilometer and
         # CloudKitty do not bill it either). Counted, so it is never silent.
         outcome.never_ran[item.never_ran] = outcome.never_ran.get(item.never_ran, 0) + 1
-    elif (item.created_at > settle_from or (p is not None and p.last_event_at > settle_from)
+    elif (life_start(rtype, item.created_at, item.started_at) > settle_from
+          or (p is not None and p.last_event_at > settle_from)
           or (known_deleted and _recent(item.updated_at, settle_from))):
-        latest = _latest(item.created_at, p.last_event_at) if p is not None else item.created_at
+        begun = life_start(rtype, item.created_at, item.started_at)
+        latest = _latest(begun, p.last_event_at) if p is not None else begun
         latest = _latest(item.updated_at, latest) if known_deleted else latest
         _defer(result, outcome, "create", rtype, rid, "settle_window", "not live in projection; seen recently",
                latest + settings.settle_window)
@@ -404,9 +413,13 @@ def _diff_listed(item: ListedResource, p: ProjectedResource | None, settle_from:
         outcome.corrections += 1
         outcome.stuck_transition += stuck is not None
     else:
-        result.corrections.append(Correction("create", rtype, rid, item.created_at, item.project_id, item.size,
+        start = life_start(rtype, item.created_at, item.started_at)
+        result.corrections.append(Correction("create", rtype, rid, start, item.project_id, item.size,
                                              "not in projection" + (f"; {stuck}" if stuck else ""),
-                                             stuck=stuck is not None, status=status))
+                                             stuck=stuck is not None, status=status,
+                                             # a resource with history has its request there already
+                                             # (the collector keeps nova's create.start)
+                                             requested_at=_requested(item.created_at, start) if p is None else None))
         outcome.corrections += 1
         outcome.stuck_transition += stuck is not None
 
@@ -444,10 +457,17 @@ def _recover(gone: Iterable[DeletedResource], by_type: Mapping[str, Mapping[str,
             if outcome is not None:
                 outcome.deferred += 1
             continue
-        result.corrections.append(Correction("create", d.resource_type, d.resource_id, d.created_at, d.project_id,
-                                             d.size, "created and deleted between runs", recovered=True))
+        start = min(life_start(d.resource_type, d.created_at, d.started_at), d.deleted_at)
+        # The deleted listing shows the deletion, rarely the life before it: a status it does not
+        # show is marked unknowable, never left empty (every meter would bill it silently).
+        why = "created and deleted between runs"
+        result.corrections.append(Correction(
+            "create", d.resource_type, d.resource_id, start, d.project_id, d.size,
+            why if d.status else f"{why}; status unknown (the deleted listing shows only the deletion)",
+            recovered=True, status=d.status or UNKNOWN_STATUS,
+            requested_at=_requested(d.created_at, start) if p is None else None))
         result.corrections.append(Correction("delete", d.resource_type, d.resource_id, d.deleted_at, None, None,
-                                             "created and deleted between runs", recovered=True))
+                                             why, recovered=True))
 
 
 def _defer(result: Plan, outcome: TypeOutcome, action: Action, rtype: str, rid: str, reason: DeferReason,
@@ -460,6 +480,11 @@ def _recent(value: datetime | None, settle_from: datetime) -> bool:
     return value is not None and value > settle_from
 
 
+def _requested(created_at: datetime, start: datetime) -> datetime | None:
+    """The request's instant when billable life starts later (a note keeps it in the history)."""
+    return created_at if created_at < start else None
+
+
 def _latest(a: datetime | None, b: datetime) -> datetime:
     return b if a is None or b > a else a
 
@@ -467,13 +492,44 @@ def _latest(a: datetime | None, b: datetime) -> datetime:
 EVENT_TYPES: dict[Action, str] = {"create": "sync.create", "update": "sync.update", "delete": "sync.delete"}
 
 
-def synthetic_event_id(cloud: str, run_key: str, resource_type: str, resource_id: str, action: Action) -> str:
+def synthetic_event_id(cloud: str, run_key: str, resource_type: str, resource_id: str,
+                       action: Action | Literal["request"]) -> str:
     """Deterministic: a retried run (same run key) writes the same ids, and dedup absorbs them."""
     return str(uuid.uuid5(SYNC_NAMESPACE, "\x1f".join((cloud, run_key, resource_type, resource_id, action))))
 
 
+#: The note that keeps a create's request in the history when billable life starts later.
+REQUEST_EVENT_TYPE = "sync.create.start"
+
+
+def request_notes(cloud: str, run_key: str, corrections: Iterable[Correction]) -> list[dict[str, Any]]:
+    """For each create dated later than the platform's request (nova: launched after created), a
+    ``sync.create.start`` note at the request: a note changes no state and no meter reads it, so the
+    time between request and launch is in the history and never billed, as the collector keeps
+    nova's ``create.start``."""
+    notes = []
+    for c in corrections:
+        if c.action != "create" or c.requested_at is None:
+            continue
+        payload: dict[str, Any] = {"sync": {"run_key": run_key, "why": "requested; billable life starts at "
+                                            f"{c.occurred_at.isoformat()}"}}
+        if c.size is not None:
+            payload["size"] = c.size
+        note: dict[str, Any] = {
+            "event_id": synthetic_event_id(cloud, run_key, c.resource_type, c.resource_id, "request"),
+            "event_type": REQUEST_EVENT_TYPE, "cloud": cloud, "resource_type": c.resource_type,
+            "resource_id": c.resource_id, "occurred_at": c.requested_at.isoformat(), "source": "reconciliation",
+            "payload": payload,
+        }
+        if c.project_id is not None:
+            note["project_id"] = c.project_id
+        notes.append(note)
+    return notes
+
+
 def synthetic_events(cloud: str, run_key: str, corrections: Iterable[Correction]) -> list[dict[str, Any]]:
-    """The corrections as ordinary envelopes, ``source: reconciliation``."""
+    """The corrections as ordinary envelopes, ``source: reconciliation`` (one per correction, in order;
+    the requests' notes are ``request_notes``)."""
     events = []
     for c in corrections:
         payload: dict[str, Any] = {"sync": {"run_key": run_key, "why": c.why}}

@@ -90,6 +90,19 @@ def cumulative_usage_micro(meter: Meter, intervals: Iterable[Interval], through:
     return sum(interval_usage_micro(meter, interval, through) for interval in intervals)
 
 
+def unknown_status_policy(meters: Iterable[Meter], intervals_by_type: Mapping[str, int]) -> dict[str, dict[str, Any]]:
+    """Per meter whose type has intervals in status ``unknown``: how many there are, and whether the
+    meter bills them (it does unless it names ``unknown`` in its ``unbilled_statuses``). A cycle
+    reports this so an unknowable status is never billed, or left free, silently."""
+    from tally_pipeline.core.platform import UNKNOWN_STATUS
+
+    return {
+        m.name: {"resource_type": m.resource_type, "intervals": intervals_by_type[m.resource_type],
+                 "billed": m.bills(UNKNOWN_STATUS)}
+        for m in sorted(meters, key=lambda m: m.name) if intervals_by_type.get(m.resource_type)
+    }
+
+
 def to_units(micro: int) -> Decimal:
     """Micro-units as an exact decimal in the meter's unit (six decimal places)."""
     return _EXACT.scaleb(Decimal(micro), -6)

@@ -132,12 +132,21 @@ def server_json(record: PlatformRecord, *, microversion: tuple[int, int], base_u
         "OS-EXT-STS:power_state": _POWER_STATE.get(record.status, 1),
         "OS-EXT-STS:task_state": record.task_state,
         "OS-EXT-STS:vm_state": _VM_STATE.get(record.status, "active"),
-        "OS-SRV-USG:launched_at": time_naive_micro(record.created_at),
+        # nova's usage runs launched_at → terminated_at (os-simple-tenant-usage); both with microseconds
+        "OS-SRV-USG:launched_at": time_naive_micro(launched_at(record)),
         # nova stamps terminated_at on a hard delete only; a soft delete shows in ``updated``
         "OS-SRV-USG:terminated_at": time_naive_micro(record.deleted_at) if deleted else None,
         "os-extended-volumes:volumes_attached": [],
         "security_groups": [] if deleted else [{"name": "default"}],
     }
+
+
+def launched_at(record: PlatformRecord) -> datetime | None:
+    """Nova's launch of a server: the record's own, else its creation, except while it is still
+    building for the first time (nova stamps launched_at when the build finishes: null before)."""
+    if record.launched_at is not None:
+        return record.launched_at
+    return None if record.status == "BUILD" else record.created_at
 
 
 def server_unknown_json(record: PlatformRecord, *, base_url: str) -> dict[str, Any]:

@@ -361,13 +361,15 @@ def _reconcile(store: Store, ingestor: Ingestor, adapter: PlatformAdapter, run: 
         stored = 0
         events = rules.synthetic_events(cloud, run.run_key, current.corrections)
         by_id = {e["event_id"]: c for e, c in zip(events, current.corrections)}
+        # The requests' notes (history only: a note changes no state) go with their creates.
+        events += rules.request_notes(cloud, run.run_key, current.corrections)
         for outcome in ingestor.ingest_stream(events, origin=f"sync:{cloud}", sources=("reconciliation",),
                                               may_write=lambda c: c == cloud):
             for result in outcome.results:
-                if result.status != "stored":
+                correction = by_id.get(result.event_id or "")
+                if result.status != "stored" or correction is None:
                     continue
                 stored += 1
-                correction = by_id[result.event_id or ""]
                 key = "recovered" if correction.recovered else {"create": "created", "update": "updated",
                                                                 "delete": "deleted"}[correction.action]
                 if correction.recovered and correction.action == "delete":

@@ -34,6 +34,9 @@ class PlatformRecord:
     updated_at: datetime
     deleted_at: datetime | None = None  # set only in the deleted-servers listing
     name: str = ""
+    #: nova's launch (``OS-SRV-USG:launched_at``), where its usage starts; None: at ``created_at``
+    #: (the simulator's servers run as soon as they are made).
+    launched_at: datetime | None = None
 
 
 class PlatformView(Protocol):

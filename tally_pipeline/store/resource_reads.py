@@ -7,6 +7,7 @@ from __future__ import annotations
 from datetime import datetime
 from typing import Any
 
+from tally_pipeline.core.platform import UNKNOWN_STATUS
 from tally_pipeline.store.base import Store
 
 ResourceKey = tuple[str, str, str]
@@ -30,6 +31,16 @@ def resource_intervals(store: Store, key: ResourceKey) -> list[tuple[Any, ...]]:
         "WHERE cloud = %s AND resource_type = %s AND resource_id = %s ORDER BY interval_no",
         list(key),
     )
+
+
+def unknown_status_intervals(store: Store) -> list[tuple[str, str, int]]:
+    """``(cloud, resource_type, intervals)`` for the intervals whose platform status is unknowable."""
+    rows = store.query(
+        "SELECT cloud, resource_type, COUNT(*) FROM resource_intervals WHERE platform_status = %s "
+        "GROUP BY cloud, resource_type ORDER BY cloud, resource_type",
+        [UNKNOWN_STATUS],
+    )
+    return [(str(cloud), str(rtype), int(n)) for cloud, rtype, n in rows]
 
 
 def current_resource(store: Store, key: ResourceKey) -> tuple[Any, ...] | None:

@@ -74,8 +74,9 @@ CLOUD: list[tuple[PlatformRecord, bool]] = [
 RECORDS = [r for r, _ in CLOUD]
 TRANSITIONAL = {r.resource_id: flag for r, flag in CLOUD}
 #: Octavia shows no sign these ever served: one still being created, one in ERROR (which octavia
-#: shows alike for a failed create). Every server above launched (the fake stamps launched_at).
-NEVER_RAN = {"lb-create": "never_active", "lb-error": "never_active"}
+#: shows alike for a failed create). Every server above launched (the fake stamps launched_at at the
+#: creation) but the one still building, which nova shows without launched_at until the build ends.
+NEVER_RAN = {"lb-create": "never_active", "lb-error": "never_active", "srv-build": "never_launched"}
 
 
 def deleted_server(resource_id: str, *, created_minute: int, deleted_at: datetime, project: str = "p-alpha",
@@ -90,6 +91,9 @@ def expected_listing(records: list[PlatformRecord], transitional: dict[str, bool
             resource_type=r.resource_type, resource_id=r.resource_id, project_id=r.project_id, size=r.size,
             status=r.status, in_transition=transitional[r.resource_id], created_at=r.created_at,
             updated_at=r.updated_at, never_ran=NEVER_RAN.get(r.resource_id),
+            # nova's launched_at, where its usage starts: the fake stamps it at the creation
+            started_at=(r.launched_at or r.created_at)
+            if r.resource_type == "instance" and r.status != "BUILD" else None,
         )
         for r in records
     }

@@ -85,7 +85,8 @@ def test_usage_per_status_equals_the_ground_truth_through_either_path(tmp_path, 
     registry = default_registry()
     store = open_store(database, migrate=True)
     create = versioned_sample("instance-create-end", message_id=f"{server}-create", timestamp=_oslo(T0), uuid=server,
-                              tenant_id=PROJECT, flavor=FLAVOR, created_at=T0.strftime("%Y-%m-%dT%H:%M:%SZ"))
+                              tenant_id=PROJECT, flavor=FLAVOR, created_at=T0.strftime("%Y-%m-%dT%H:%M:%SZ"),
+                              launched_at=T0.strftime("%Y-%m-%dT%H:%M:%SZ"))
     envelopes, _ = map_notifications([create], cloud=CLOUD)
     Ingestor(store, registry).ingest(envelopes, origin="collector")
     store.close()

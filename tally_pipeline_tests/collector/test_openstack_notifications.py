@@ -105,7 +105,7 @@ CASES: list[tuple[str, dict[str, Any], dict[str, Any]]] = [
     ("nova create", sample("nova/legacy/compute.instance.create.end.json"),
      {"event_type": "compute.instance.create.end", "resource_type": "instance", "resource_id": CEILO_SERVER,
       "project_id": CEILO_PROJECT, "verb": "create",
-      "occurred_at": "2012-05-08T20:23:41Z",  # created_at, not the message's time
+      "occurred_at": "2012-05-08T20:23:47Z",  # launched_at (to the second), not created_at nor the message's time
       "size": TINY}),
     ("nova delete", legacy_delete_end(),
      {"event_type": "compute.instance.delete.end", "resource_type": "instance", "resource_id": CEILO_SERVER,
@@ -240,7 +240,7 @@ def test_every_mapped_envelope_passes_validation(name: str, notification: dict[s
 
 def test_each_nova_action_is_stored_under_a_type_whose_verb_is_its_effect() -> None:
     """The verb rule reads tokens: nova's soft_delete and restore need a stored type that says so."""
-    effect = {"create": "create", "delete": "delete", "soft_delete": "delete", "restore": "create",
+    effect = {"create_start": "note", "create": "create", "delete": "delete", "soft_delete": "delete", "restore": "create",
               "resize_finish": "update", "resize_revert": "update", "resize_confirm": "update",
               # power and lifecycle status changes keep the instance's lifecycle going
               **{name: "update" for name in ("power_off", "power_on", "suspend", "resume", "pause", "unpause",
@@ -266,7 +266,8 @@ def test_other_services_keep_the_message_id_as_their_event_id() -> None:
 
 def test_nova_event_ids_come_from_the_action_so_both_formats_share_them() -> None:
     legacy_create = legacy("compute.instance.create.end", instance_id=NOVA_SERVER, tenant_id=NOVA_PROJECT,
-                           created_at="2012-10-29 13:42:11", instance_type="test_flavor", root_gb=1)
+                           created_at="2012-10-29 13:42:11", launched_at="2012-10-29 13:42:11",
+                           instance_type="test_flavor", root_gb=1)
     versioned_create = versioned_sample("instance-create-end", message_id="v-1", timestamp=SAMPLE_TIME)
     one, two = (map_notification(m, cloud="c") for m in (legacy_create, versioned_create))
     assert isinstance(one, dict) and isinstance(two, dict)
@@ -283,11 +284,42 @@ def test_an_oslo_messaging_wrapper_is_unwrapped() -> None:
     assert map_notification(wrapped, cloud="c") == map_notification(notification, cloud="c")
 
 
-def test_a_nova_delete_without_deleted_at_is_dated_at_terminated_at() -> None:
+def test_a_nova_delete_is_dated_at_terminated_at_where_nova_usage_ends() -> None:
+    """Nova stamps terminated_at, then deleted_at when it destroys the row (about a second later on
+    nova 34): the delete takes terminated_at, the instant the deleted listing shows as well."""
     notification = legacy_delete_end()
-    notification["payload"]["deleted_at"] = ""
+    notification["payload"].update(terminated_at="2012-05-08T20:24:13.402117", deleted_at="2012-05-08T20:24:14.811111")
+    envelope = map_notification(notification, cloud="c")
+    assert isinstance(envelope, dict) and envelope["occurred_at"] == "2012-05-08T20:24:13Z"
+    versioned = versioned_sample("instance-delete-end", message_id="v-del", timestamp=SAMPLE_TIME,
+                                 terminated_at="2012-10-29T13:42:10Z", deleted_at="2012-10-29T13:42:11Z")
+    mapped = map_notification(versioned, cloud="c")
+    assert isinstance(mapped, dict) and mapped["occurred_at"] == "2012-10-29T13:42:10Z"
+
+
+def test_a_nova_delete_without_terminated_at_is_dated_at_deleted_at() -> None:
+    notification = legacy_delete_end()
+    notification["payload"]["terminated_at"] = ""
     envelope = map_notification(notification, cloud="c")
     assert isinstance(envelope, dict) and envelope["occurred_at"] == "2012-05-08T20:24:14Z"
+
+
+def test_a_nova_create_is_billed_from_its_launch_and_its_request_is_kept_as_a_note() -> None:
+    """create.start (the API request, created_at) is a note; create.end starts billing at launched_at."""
+    request = legacy("compute.instance.create.end", created_at="2012-05-08 20:23:41", launched_at="",
+                     state="building")
+    request["event_type"] = "compute.instance.create.start"
+    note = map_notification(request, cloud="c")
+    create = map_notification(sample("nova/legacy/compute.instance.create.end.json"), cloud="c")
+    versioned = map_notification(versioned_sample("instance-create-start", message_id="v-s", timestamp=SAMPLE_TIME),
+                                 cloud="c")
+    assert isinstance(note, dict) and isinstance(create, dict) and isinstance(versioned, dict)
+    assert (note["event_type"], note["occurred_at"]) == ("compute.instance.create.start", "2012-05-08T20:23:41Z")
+    assert verb_of(note["event_type"]) == "note" and note["payload"]["status"] == "build"
+    assert (create["occurred_at"], verb_of(create["event_type"])) == ("2012-05-08T20:23:47Z", "create")
+    assert note["event_id"] != create["event_id"]
+    assert versioned["event_type"] == "compute.instance.create.start" and verb_of(versioned["event_type"]) == "note"
+    assert versioned["occurred_at"] == "2012-10-29T13:42:11Z"  # the versioned sample's created_at
 
 
 def test_a_nova_delete_with_neither_is_dated_at_the_message_time() -> None:
@@ -326,7 +358,6 @@ IGNORED_SAMPLES = [
 ]
 IGNORED_VERSIONED = [
     ("instance-exists", "audit"),
-    ("instance-create-start", "step"),
     ("instance-create-error", "error_priority"),
     ("instance-resize-end", "no_usage_change"),  # the move to the new host; the flavor changes at the finish
     ("aggregate-create-end", "no_usage_change"),
@@ -350,7 +381,7 @@ def test_nova_versioned_samples_of_types_that_never_change_usage_are_ignored(nam
 @pytest.mark.parametrize(
     ("event_type", "kind", "code"),
     [
-        ("compute.instance.create.start", "ignored", "step"),
+        ("compute.instance.delete.start", "ignored", "step"),
         ("compute.instance.reboot.end", "ignored", "no_usage_change"),
         ("instance.reboot.end", "ignored", "no_usage_change"),
         ("volume.transfer.accept.start", "ignored", "step"),
@@ -413,7 +444,7 @@ def test_sources_lists_every_fixture() -> None:
         ({"payload": {"instance_id": None}}, "no instance_id"),
         ({"payload": {"memory_mb": "lots"}}, "memory_mb 'lots' is not a whole number"),
         ({"timestamp": "yesterday"}, "timestamp 'yesterday' is not a date and time"),
-        ({"payload": {"created_at": "2026-13-01 00:00:00"}}, "is not a date and time"),
+        ({"payload": {"launched_at": "2026-13-01 00:00:00"}}, "launched_at '2026-13-01 00:00:00' is not a date"),
         ({"payload": "not an object"}, "payload is not an object"),
     ],
 )

@@ -33,6 +33,8 @@ PROJECT = "cea4b25edb484e5392727181b7721d29"
 T0 = datetime(2026, 3, 1, tzinfo=UTC)
 # Nova sends its two formats with two notifier calls: the versioned message is a few ms later.
 LAG = timedelta(milliseconds=3)
+# The API request comes before the launch (scheduling, image download): billing starts at the launch.
+REQUEST = timedelta(seconds=7)
 TINY = {"name": "m1.tiny", "vcpus": 1, "memory_mb": 512, "root_gb": 0}  # ceilometer's resize.revert.end sample
 SMALL = {"name": "m1.small", "vcpus": 1, "memory_mb": 2048, "root_gb": 20}  # its finish_resize.end sample
 
@@ -87,7 +89,9 @@ def legacy_messages() -> list[dict[str, Any]]:
         payload.update(
             instance_id=SERVER, tenant_id=PROJECT, state=state, instance_type=flavor["name"], vcpus=flavor["vcpus"],
             memory_mb=flavor["memory_mb"], root_gb=flavor["root_gb"], disk_gb=flavor["root_gb"],
-            created_at=str(T0.replace(tzinfo=None)),  # nova's str(created_at)
+            # nova's str(created_at): the request, 7 s before the launch that starts billing
+            created_at=str((T0 - REQUEST).replace(tzinfo=None)),
+            launched_at=(T0 + timedelta(microseconds=985_999)).strftime("%Y-%m-%d %H:%M:%S.%f"),
             deleted_at=_nova_iso(dated, action) if dated and action != "create" else "",
             terminated_at=_nova_iso(dated, action) if dated and action == "delete" else "",
         )
@@ -103,7 +107,8 @@ def versioned_messages() -> list[dict[str, Any]]:
         out.append(versioned_sample(
             VERSIONED_SAMPLE[action], message_id=f"versioned-{n}", timestamp=_oslo(sent + LAG),
             uuid=SERVER, tenant_id=PROJECT, state=state,
-            flavor={"nova_object.data": dict(flavor)}, created_at=T0.strftime("%Y-%m-%dT%H:%M:%SZ"),
+            flavor={"nova_object.data": dict(flavor)}, created_at=(T0 - REQUEST).strftime("%Y-%m-%dT%H:%M:%SZ"),
+            launched_at=T0.strftime("%Y-%m-%dT%H:%M:%SZ"),
             deleted_at=instant, terminated_at=instant if action == "delete" else None,
         ))
     return out
@@ -206,3 +211,33 @@ def test_error_priority_messages_change_nothing(store, registry) -> None:
     envelopes, outcomes = map_notifications([failed, *legacy_messages()[:1]], cloud=CLOUD)
     assert outcomes.by_kind("ignored") == {"error_priority": 1} and outcomes.mapped == 1
     assert all(not isinstance(e, Unmapped) for e in envelopes)
+
+
+def _request(server: str, n: int) -> dict[str, Any]:
+    """nova's instance.create.start: the API request, the instance still building."""
+    return versioned_sample("instance-create-start", message_id=f"start-{n}", timestamp=_oslo(T0 - REQUEST),
+                            uuid=server, tenant_id=PROJECT, flavor={"nova_object.data": dict(TINY)},
+                            created_at=(T0 - REQUEST).strftime("%Y-%m-%dT%H:%M:%SZ"))
+
+
+def test_the_request_is_kept_in_the_history_and_billing_starts_at_the_launch(store, registry) -> None:
+    messages = [_request(SERVER, 0), *versioned_messages()[:1]]  # create.start, then create.end
+    outcome = ingest(store, registry, messages)
+    assert outcome.stored == 2
+    history = [(e["event_type"], e["verb"], e["occurred_at"]) for e in queries.history(store, CLOUD, "instance", SERVER)]
+    assert history == [("compute.instance.create.start", "note", T0 - REQUEST),
+                       ("compute.instance.create.end", "create", T0)]
+    assert lifecycle(store) == [(T0, None, "m1.tiny", 0)]  # the 7 s of scheduling are nobody's usage
+
+
+def test_a_server_deleted_while_building_is_not_billed_by_the_collector(store, registry) -> None:
+    """create.start then delete.end, no create.end: a note and a delete of nothing. (Nova still stamps
+    launched_at a second before terminated_at; reconciliation recovers that second from its deleted
+    listing, as nova's usage bills it: tally_pipeline_tests/adapters/test_openstack_clocks.py.)"""
+    gone = versioned_sample("instance-delete-end", message_id="del-0", timestamp=_oslo(T0 + timedelta(seconds=2)),
+                            uuid=SERVER, tenant_id=PROJECT, terminated_at=T0.strftime("%Y-%m-%dT%H:%M:%SZ"),
+                            deleted_at=(T0 + timedelta(seconds=1)).strftime("%Y-%m-%dT%H:%M:%SZ"))
+    outcome = ingest(store, registry, [_request(SERVER, 0), gone])
+    assert outcome.stored == 2
+    assert lifecycle(store) == []
+    assert usage(store, registry) == {}

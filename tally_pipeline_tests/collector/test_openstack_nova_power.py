@@ -47,7 +47,8 @@ def _create_legacy() -> dict[str, Any]:
     message = copy.deepcopy(sample("nova/legacy/compute.instance.create.end.json"))
     message["payload"].update(instance_id=SERVER, tenant_id=PROJECT, state="active", instance_type=TINY["name"],
                               vcpus=TINY["vcpus"], memory_mb=TINY["memory_mb"], root_gb=TINY["root_gb"],
-                              created_at=str(T0.replace(tzinfo=None)), deleted_at="")
+                              created_at=str((T0 - timedelta(seconds=7)).replace(tzinfo=None)),
+                              launched_at=str(T0.replace(tzinfo=None)), deleted_at="")
     message.update(message_id="legacy-create", timestamp=_oslo(T0 + timedelta(seconds=40)))
     return message
 
@@ -66,7 +67,8 @@ def versioned_messages() -> list[dict[str, Any]]:
     flavor = {"nova_object.data": dict(TINY)}
     out = [versioned_sample("instance-create-end", message_id="versioned-create", timestamp=_oslo(T0 + LAG),
                             uuid=SERVER, tenant_id=PROJECT, flavor=flavor,
-                            created_at=T0.strftime("%Y-%m-%dT%H:%M:%SZ"))]
+                            created_at=(T0 - timedelta(seconds=7)).strftime("%Y-%m-%dT%H:%M:%SZ"),
+                            launched_at=T0.strftime("%Y-%m-%dT%H:%M:%SZ"))]
     for n, (action, sent, _, _) in enumerate(STEPS):
         # the sample's own state is nova's: only this instance's identity and flavor are put in
         out.append(versioned_sample(f"instance-{action}-end", message_id=f"versioned-{n}", timestamp=_oslo(sent + LAG),

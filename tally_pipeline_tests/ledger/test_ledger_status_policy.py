@@ -36,7 +36,8 @@ def _oslo(when: datetime) -> str:
 def history() -> list[dict]:
     messages = [
         versioned_sample("instance-create-end", message_id="m-create", timestamp=_oslo(T0), uuid=SERVER,
-                         tenant_id=PROJECT, flavor=FLAVOR, created_at=T0.strftime("%Y-%m-%dT%H:%M:%SZ")),
+                         tenant_id=PROJECT, flavor=FLAVOR, created_at=T0.strftime("%Y-%m-%dT%H:%M:%SZ"),
+                         launched_at=T0.strftime("%Y-%m-%dT%H:%M:%SZ")),  # billed from the launch
         versioned_sample("instance-power_off-end", message_id="m-off", timestamp=_oslo(T0 + timedelta(hours=10)),
                          uuid=SERVER, tenant_id=PROJECT, flavor=FLAVOR),
         versioned_sample("instance-power_on-end", message_id="m-on", timestamp=_oslo(T0 + timedelta(hours=16)),
@@ -87,3 +88,36 @@ def test_an_unknown_meter_in_the_policy_is_a_clear_configuration_error(tmp_path)
     config.write_text("meters: {vcpus: {unbilled_statuses: [shutoff]}}\n")
     result = CliRunner().invoke(main, ["post-usage", "--config", str(config), "--now", "2026-03-02T00:00:00Z"])
     assert result.exit_code != 0 and "vcpus is not a meter" in result.output
+
+
+def _recovered(server: str, start: datetime, end: datetime) -> list[dict]:
+    """What reconciliation writes for a server recovered from nova's deleted listing, whose status
+    during its life the listing does not show."""
+    base = {"cloud": "c1", "resource_type": "instance", "resource_id": server, "source": "reconciliation"}
+    return [
+        {**base, "event_id": f"{server}-c", "event_type": "sync.create", "project_id": PROJECT,
+         "occurred_at": start.isoformat(),
+         "payload": {"size": {"flavor_name": "m1.two", "vcpus": 2, "ram_mb": 2048, "disk_gb": 0}, "status": "unknown"}},
+        {**base, "event_id": f"{server}-d", "event_type": "sync.delete", "occurred_at": end.isoformat(), "payload": {}},
+    ]
+
+
+def test_an_unknown_status_is_billed_by_default_unbilled_where_a_meter_says_so_and_counted(tmp_path, store_url) -> None:
+    from tally_pipeline.api.metrics import exposition, store_families
+
+    store = open_store(store_url, migrate=True)
+    events = _recovered("srv-a", T0, T0 + timedelta(hours=3)) + _recovered("srv-b", T0, T0 + timedelta(hours=1))
+    assert Ingestor(store, default_registry()).ingest(events, origin="sync", sources=("reconciliation",)).stored == 4
+    projection.refresh(store)
+    page = exposition(store_families(store, ["c1"]))
+    store.close()
+    assert 'tally_intervals_unknown_status{cloud="c1",resource_type="instance"} 2.0' in page
+    config = tmp_path / "tally.yaml"
+    config.write_text(f"database: {store_url}\nledger: {{ingest_lag: 0, window_days: 35}}\n"
+                      "meters: {vcpu_hours: {unbilled_statuses: [shutoff, unknown]}}\n")
+    cycle = post(config, "2026-03-02T00:00:00Z")
+    assert cycle["totals"]["usage"]["instance_hours"] == "4.000000"  # unknown billed by default
+    assert "vcpu_hours" not in cycle["totals"]["usage"]  # this meter names unknown: nothing billed
+    assert cycle["unknown_status"]["instance_hours"] == {"resource_type": "instance", "intervals": 2, "billed": True}
+    assert cycle["unknown_status"]["vcpu_hours"] == {"resource_type": "instance", "intervals": 2, "billed": False}
+    assert "volume_gb_hours" not in cycle["unknown_status"]  # no volume interval is unknown

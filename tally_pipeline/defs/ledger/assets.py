@@ -90,6 +90,9 @@ def delta_posting_cycle(context: dg.AssetExecutionContext, ledger: Ledger, clock
             "entities_skipped": len(result.skipped),
             "entities_with_excluded_intervals": len(result.excluded),
             "totals_by_account": md_table(["account", "meter", "amount"], rows),
+            # intervals whose status is unknowable, per meter, and whether the meter bills them
+            "unknown_status": md_table(["meter", "intervals", "billed"],
+                                       [[m, u["intervals"], u["billed"]] for m, u in result.unknown_status.items()]),
         })
         yield dg.MaterializeResult(asset_key="ledger_cycles", metadata={
             "cycle_id": result.cycle_id, "entities_posted": len(result.posted),

@@ -47,9 +47,9 @@ from tally_pipeline.core.ledger import (
 )
 from tally_pipeline.core.registry import Meter, SizeSchemaRegistry
 from tally_pipeline.core.timeutil import format_rfc3339
-from tally_pipeline.core.usage import to_units
+from tally_pipeline.core.usage import to_units, unknown_status_policy
 from tally_pipeline.services.ledger.late import LateMemo, late_for
-from tally_pipeline.store import ledger_checkpoints, ledger_late, ledger_postings, ledger_records
+from tally_pipeline.store import ledger_checkpoints, ledger_late, ledger_postings, ledger_records, resource_reads
 from tally_pipeline.store.base import Store, StoreError, UnitOfWork
 from tally_pipeline.store.usage_reads import batch_totals, begun_projects
 from tally_pipeline.store.usage_sql import Fragment, UsageSQL
@@ -115,6 +115,8 @@ class CycleResult:
     excluded: list[SkippedEntity] = field(default_factory=list)  # posted, some intervals left out
     postings: int = 0
     totals: dict[str, dict[str, int]] = field(default_factory=lambda: {a: {} for a in ACCOUNTS})
+    #: Per meter whose type has intervals in status ``unknown``: how many, and whether it bills them.
+    unknown_status: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     @property
     def clean(self) -> bool:
@@ -156,6 +158,7 @@ class CycleResult:
                 account: {meter: str(to_units(micro)) for meter, micro in sorted(by_meter.items())}
                 for account, by_meter in self.totals.items()
             },
+            "unknown_status": self.unknown_status,
         }
         if entities:
             out["posted_entities"] = [
@@ -245,6 +248,10 @@ def post_usage(
         workers = DEFAULT_WORKERS if store.parallel_writes else 1
     for outcome in _post_batches(store, cycle, batches, workers):
         result.merge(outcome)
+    unknown: dict[str, int] = {}
+    for _, rtype, n in resource_reads.unknown_status_intervals(store):
+        unknown[rtype] = unknown.get(rtype, 0) + n
+    result.unknown_status = unknown_status_policy(cycle.by_name.values(), unknown)
     _record(store, result)
     return result
 

@@ -28,7 +28,7 @@ from tally_pipeline_tests.realstack.platform import (
 from tally_pipeline_tests.realstack.product import CLOUD, EXCHANGES, MEMBER_CLOUD, Interval, Product, epoch, wait_status
 from tally_pipeline_tests.realstack.stack import Stack
 
-pytestmark = [pytest.mark.realstack, pytest.mark.slow]
+pytestmark = [pytest.mark.realstack, pytest.mark.slow, pytest.mark.xdist_group("realstack")]
 
 #: Clock slack between what nova records and what tally stores for one fact (one machine, one clock).
 SLACK = 2.0

@@ -7,7 +7,7 @@ import pytest
 
 from tally_pipeline_tests.realstack.stack import Stack
 
-pytestmark = [pytest.mark.realstack, pytest.mark.slow]
+pytestmark = [pytest.mark.realstack, pytest.mark.slow, pytest.mark.xdist_group("realstack")]
 
 
 def test_a_server_a_volume_and_a_floating_ip_on_the_real_services(stack: Stack) -> None:

@@ -228,8 +228,12 @@ def service_events_silent(latest: Iterable[LatestCorrections], activity: Iterabl
         last[(a.cloud, a.resource_type)] = a.last_collector_event
         types.setdefault(a.cloud, set()).add(a.resource_type)
     silent: dict[str, dict[str, Any]] = {}
+    warming: list[str] = []
     for sync in latest:
-        if sync.cloud not in clouds or sync.nth <= s.drift_warmup_syncs:
+        if sync.cloud not in clouds:
+            continue
+        if sync.nth <= s.drift_warmup_syncs:
+            warming.append(sync.cloud)
             continue
         since = sync.previous_poll_time
         for rtype, n in sorted(sync.corrections.items()):
@@ -242,9 +246,10 @@ def service_events_silent(latest: Iterable[LatestCorrections], activity: Iterabl
                 "corrections": n, "service": SERVICE_OF_TYPE.get(rtype),
                 "last_collector_event": seen.isoformat() if seen else None,
                 "since": since.isoformat() if since else None, "sync_poll_time": sync.poll_time.isoformat()}
+    warm_up = f"; warming up (first syncs not judged): {', '.join(sorted(warming))}" if warming else ""
     if not silent:
-        return Condition("TallyServiceEventsSilent", False, (), "every type the latest syncs corrected also "
-                         "reached the collector")
+        return Condition("TallyServiceEventsSilent", False, (), "the collector carries every type the latest syncs "
+                         "corrected" + warm_up)
     lines = []
     for cloud, by_type in sorted(silent.items()):
         for rtype, d in by_type.items():
@@ -255,5 +260,5 @@ def service_events_silent(latest: Iterable[LatestCorrections], activity: Iterabl
                          f"from {service} {silence}")
     message = ("a service's notifications are not reaching the collector: " + "; ".join(lines)
                + ". Is the collector bound to the exchange each publishes on? (collector.exchanges / "
-               "--exchange; cinder publishes on 'openstack' unless its control_exchange is set)")
+               "--exchange; cinder publishes on 'openstack' unless its control_exchange is set)" + warm_up)
     return Condition("TallyServiceEventsSilent", True, tuple(sorted(silent)), message, silent)

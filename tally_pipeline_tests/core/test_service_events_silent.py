@@ -53,7 +53,8 @@ def test_silent_means_no_event_of_the_type_since_the_sync_before(last, firing) -
 
 
 def test_warm_up_syncs_are_not_judged() -> None:
-    assert not service_events_silent([sync(nth=2)], [seen()], {"c1"}, S).firing
+    warming = service_events_silent([sync(nth=2)], [seen()], {"c1"}, S)
+    assert not warming.firing and "warming up (first syncs not judged): c1" in warming.message
     assert service_events_silent([sync(nth=2)], [seen()], {"c1"}, AlertSettings(drift_warmup_syncs=1)).firing
 
 

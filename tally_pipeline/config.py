@@ -196,7 +196,8 @@ class AlertSettings(_Strict):
     drift_high: float = Field(default=0.05, gt=0, description="share of live resources corrected by one sync; "
                               "a cloud whose collectors lose events drifts about that share at steady state")
     drift_warmup_syncs: int = Field(default=2, ge=0, description="a cloud's first syncs not judged on drift "
-                                    "(they correct what its events missed before tally listened)")
+                                    "nor on service silence (they correct what its events missed before tally "
+                                    "listened)")
     clouds: list[Annotated[str, Field(pattern=CLOUD_NAME)]] = Field(
         default_factory=list,
         description="clouds fed only by collectors, known beside the configured ones: watched for silence and "

@@ -43,7 +43,7 @@ def twins(pg_databases) -> Iterator[tuple[PostgresStore, PostgresStore]]:
 
 
 def _wipe(store: Store) -> None:
-    store.run(lambda uow: uow.execute("TRUNCATE events, rejected_events, cloud_activity RESTART IDENTITY"))
+    store.run(lambda uow: uow.execute("TRUNCATE events, rejected_events, cloud_activity, collector_type_activity RESTART IDENTITY"))
 
 
 def _state(store: Store) -> dict[str, list[tuple[Any, ...]]]:
@@ -55,6 +55,7 @@ def _state(store: Store) -> dict[str, list[tuple[Any, ...]]]:
         "dead letter": store.query(
             "SELECT id, received_at, reason, message, origin, cloud, event_id, raw FROM rejected_events ORDER BY id"),
         "activity": store.query("SELECT * FROM cloud_activity ORDER BY cloud"),
+        "type activity": store.query("SELECT * FROM collector_type_activity ORDER BY cloud, resource_type"),
     }
 
 

@@ -99,7 +99,7 @@ def store_families(store: Any, clouds: list[str], known: Collection[str] | None 
     the configured ones). Every other stored cloud is counted as ``other`` (its latest event, the sum of
     its counts): the page's size does not grow with what writers put in ``cloud``.
     """
-    from tally_pipeline.services.alerts import activity, last_runs, last_success
+    from tally_pipeline.services.alerts import activity, last_runs, last_success, last_type_activity, latest_corrections
     from tally_pipeline.store import asset_reads, resource_reads, sync_runs
 
     named = frozenset(clouds) if known is None else frozenset(known)
@@ -121,6 +121,15 @@ def store_families(store: Any, clouds: list[str], known: Collection[str] | None 
     for a in fold_unknown(activity(store), named):
         if a.last_collector_event is not None:
             last_event.add_metric([a.cloud], a.last_collector_event.timestamp())
+    by_type = gauge("tally_cloud_type_last_collector_event_timestamp_seconds",
+                    "When the last collector event of the resource type was stored for the cloud (Unix time).",
+                    ["cloud", "resource_type"])
+    latest_by_type: dict[tuple[str, str], float] = {}
+    for t in last_type_activity(store):
+        key = (t.cloud if t.cloud in named else OTHER_CLOUD, t.resource_type)
+        latest_by_type[key] = max(latest_by_type.get(key, 0.0), t.last_collector_event.timestamp())
+    for (cloud, rtype), at in sorted(latest_by_type.items()):
+        by_type.add_metric([cloud, rtype], at)
     stored = counter("tally_cloud_events_stored", "Events stored for the cloud, by source (all API processes).",
                      ["cloud", "source"])
     counts: dict[str, list[int]] = {}
@@ -146,6 +155,16 @@ def store_families(store: Any, clouds: list[str], known: Collection[str] | None 
                     ["cloud"])
     for cloud, when in sorted(last_success(store).items()):
         success.add_metric([cloud], when.timestamp())
+    corrections = gauge("tally_sync_last_corrections", "Resources of the type the cloud's latest succeeded or partial "
+                        "sync created, deleted or recovered: lifecycle changes no stored event told of.",
+                        ["cloud", "resource_type"])
+    previous = gauge("tally_sync_previous_success_timestamp_seconds", "Poll time of the succeeded or partial sync "
+                     "before the latest one: the latest sync's corrections happened since.", ["cloud"])
+    for latest in latest_corrections(store):
+        for rtype, n in latest.corrections.items():
+            corrections.add_metric([latest.cloud, rtype], n)
+        if latest.previous_poll_time is not None:
+            previous.add_metric([latest.cloud], latest.previous_poll_time.timestamp())
     runs = last_runs(store)
     for name, help_text, value in (
         ("tally_sync_last_failed", "1 when the cloud's latest sync failed or was partial (a type not listed, or "

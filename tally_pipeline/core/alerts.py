@@ -1,4 +1,4 @@
-"""The five alert conditions, as pure functions of what the store says.
+"""The alert conditions, as pure functions of what the store says.
 
 The Dagster sensors and asset checks evaluate these; the Prometheus rules in
 ``docs/alerts/prometheus-rules.yaml`` express the same conditions over ``/metrics``.
@@ -10,6 +10,8 @@ from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
+
+from tally_pipeline.core.scope import SERVICE_OF_TYPE
 
 #: Where every cloud that is not known (configured, or named in ``alerts.clouds``) is counted: what a
 #: writer puts in ``cloud`` is unbounded, and one series or alert candidate per value would be too.
@@ -44,6 +46,26 @@ class LastRun:
     insufficient_scope: int = 0  # types not listed because the credentials cannot see every project
     stuck_transition: int = 0  # resources booked as listed after too long in transition (a guess)
     nth: int | None = None  # how many of the cloud's runs have reconciled something, this one included
+
+
+@dataclass(frozen=True)
+class TypeActivity:
+    """When the collector last stored an event of one resource type for one cloud."""
+
+    cloud: str
+    resource_type: str
+    last_collector_event: datetime
+
+
+@dataclass(frozen=True)
+class LatestCorrections:
+    """A cloud's latest reconciled (succeeded or partial) sync: what its listings corrected, per type."""
+
+    cloud: str
+    nth: int  # how many of the cloud's syncs have reconciled something, this one included
+    poll_time: datetime
+    previous_poll_time: datetime | None  # the reconciled sync before it; its corrections date from after it
+    corrections: Mapping[str, int]  # resource_type -> resources created, deleted or recovered by the listing
 
 
 @dataclass(frozen=True)
@@ -188,3 +210,55 @@ def ledger_entities_skipped(skips: Iterable[LedgerSkip]) -> Condition:
                + f"; e.g. {examples}")
     return Condition("TallyLedgerEntitiesSkipped", True, clouds, message, {"by_reason": by_reason,
                                                                            "entities": len(skips)})
+
+
+def service_events_silent(latest: Iterable[LatestCorrections], activity: Iterable[TypeActivity],
+                          clouds: Collection[str], s: AlertSettings) -> Condition:
+    """TallyServiceEventsSilent: a configured cloud's latest sync (past its ``drift_warmup_syncs``) corrected
+    resources of a type, created, deleted or recovered, while the collector stored no event of that type
+    for the cloud since the sync before it (or ever), though it stores the cloud's events of other types.
+
+    The listing saw that service's resources change and no notification of it arrived: the service
+    publishes where the collector does not listen (another exchange or topic). A cloud without any
+    collector event is not judged here (TallyCloudEventsSilent watches a collector that stopped).
+    """
+    last: dict[tuple[str, str], datetime] = {}
+    types: dict[str, set[str]] = {}
+    for a in activity:
+        last[(a.cloud, a.resource_type)] = a.last_collector_event
+        types.setdefault(a.cloud, set()).add(a.resource_type)
+    silent: dict[str, dict[str, Any]] = {}
+    warming: list[str] = []
+    for sync in latest:
+        if sync.cloud not in clouds:
+            continue
+        if sync.nth <= s.drift_warmup_syncs:
+            warming.append(sync.cloud)
+            continue
+        since = sync.previous_poll_time
+        for rtype, n in sorted(sync.corrections.items()):
+            seen = last.get((sync.cloud, rtype))
+            if n <= 0 or not types.get(sync.cloud, set()) - {rtype}:
+                continue
+            if seen is not None and (since is None or seen >= since):
+                continue
+            silent.setdefault(sync.cloud, {})[rtype] = {
+                "corrections": n, "service": SERVICE_OF_TYPE.get(rtype),
+                "last_collector_event": seen.isoformat() if seen else None,
+                "since": since.isoformat() if since else None, "sync_poll_time": sync.poll_time.isoformat()}
+    warm_up = f"; warming up (first syncs not judged): {', '.join(sorted(warming))}" if warming else ""
+    if not silent:
+        return Condition("TallyServiceEventsSilent", False, (), "the collector carries every type the latest syncs "
+                         "corrected" + warm_up)
+    lines = []
+    for cloud, by_type in sorted(silent.items()):
+        for rtype, d in by_type.items():
+            service = d["service"] or f"the service of {rtype}"
+            silence = (f"reached the collector since {d['since']} (last {d['last_collector_event']})"
+                       if d["last_collector_event"] else "ever reached the collector")
+            lines.append(f"{cloud} {rtype}: the latest sync corrected {d['corrections']}, but no {rtype} event "
+                         f"from {service} {silence}")
+    message = ("a service's notifications are not reaching the collector: " + "; ".join(lines)
+               + ". Is the collector bound to the exchange each publishes on? (collector.exchanges / "
+               "--exchange; cinder publishes on 'openstack' unless its control_exchange is set)" + warm_up)
+    return Condition("TallyServiceEventsSilent", True, tuple(sorted(silent)), message, silent)

@@ -46,8 +46,9 @@ ALL_PROJECTS_ROLES: dict[str, frozenset[str]] = {
     "image": frozenset({"admin"}),
     "load_balancer": frozenset({"admin", "load-balancer_admin", "load-balancer_global_observer"}),
 }
-_SERVICE = {"instance": "nova", "volume": "cinder", "floating_ip": "neutron", "image": "glance",
-            "load_balancer": "octavia"}
+#: The OpenStack service that lists, and notifies about, each resource type.
+SERVICE_OF_TYPE = {"instance": "nova", "volume": "cinder", "floating_ip": "neutron", "image": "glance",
+                   "load_balancer": "octavia"}
 _NARROWS = {
     "volume": "cinder lists only the token's own project",
     "floating_ip": "neutron lists only what the token's project may see",
@@ -70,7 +71,7 @@ class Credentials:
 def listing_scope(resource_type: str, creds: Credentials,
                   extra_roles: Mapping[str, Iterable[str]] | None = None) -> ListingScope:
     """Whether ``creds`` list every project's resources of ``resource_type``, with why."""
-    service = _SERVICE.get(resource_type, resource_type)
+    service = SERVICE_OF_TYPE.get(resource_type, resource_type)
     own = creds.project_id
     if resource_type in ENFORCED_BY_SERVICE:
         return ListingScope(True, f"{service} refuses an all-projects listing it does not allow (403, policy "

@@ -36,6 +36,12 @@ class TypeSummary:
     def skipped_total(self) -> int:
         return sum(self.skipped.values())
 
+    @property
+    def lifecycle_corrections(self) -> int:
+        """Resources the listing found created, deleted or created-and-deleted (recovered) behind the
+        events' back: each is a lifecycle notification the collector never stored."""
+        return self.created + self.deleted + self.recovered
+
     def as_json(self) -> dict[str, Any]:
         return asdict(self)
 

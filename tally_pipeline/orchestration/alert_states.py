@@ -1,11 +1,11 @@
 """The alerts' check states, over the conditions in core/alerts.py (defs/alerts/checks.py and sensors.py report them).
 
 The state of a check is reported wherever it can change, so the asset page always shows the current
-one: each alert sensor reports it on every tick (logging only changes); every sync run reports the three
+one: each alert sensor reports it on every tick (logging only changes); every sync run reports the
 sync checks on ``sync_runs`` and every ``event_log`` materialization reports ``events_silent`` (a new
 materialization would otherwise leave the check "not evaluated"); the checks can also be run by hand.
 A firing alert is an ERROR-severity failure (red). A configured cloud that never synced is unknown
-for ``sync_errors`` and ``drift_high``: a WARN failure, never green.
+for ``sync_errors``, ``drift_high`` and ``service_events_silent``: a WARN failure, never green.
 """
 
 
@@ -25,10 +25,11 @@ ALERTS = {
     "sync_errors": ("sync_runs", "sync_errors", "docs/runbooks/TallySyncErrors.md"),
     "drift_high": ("sync_runs", "drift_high", "docs/runbooks/TallyReconciliationDriftHigh.md"),
     "ledger_entities_skipped": ("ledger_postings", "ledger_entities_skipped", "docs/runbooks/TallyLedgerEntitiesSkipped.md"),
+    "service_events_silent": ("sync_runs", "service_events_silent", "docs/runbooks/TallyServiceEventsSilent.md"),
 }
-SYNC_CHECKS = ("sync_stale", "sync_errors", "drift_high")
+SYNC_CHECKS = ("sync_stale", "sync_errors", "drift_high", "service_events_silent")
 # Alerts that say nothing about a cloud without a sync run: such a cloud is unknown, not fine.
-NEEDS_A_SYNC = ("sync_errors", "drift_high")
+NEEDS_A_SYNC = ("sync_errors", "drift_high", "service_events_silent")
 
 
 @dataclass(frozen=True)

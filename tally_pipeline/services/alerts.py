@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Collection, Mapping
 from datetime import datetime
+from typing import Any
 
 import orjson
 
@@ -11,7 +12,7 @@ from tally_pipeline.core import alerts as rules
 from tally_pipeline.core.platform import INSUFFICIENT_SCOPE
 from tally_pipeline.core.timeutil import to_utc
 from tally_pipeline.core.type_summary import summaries_from_json
-from tally_pipeline.store import asset_reads, ledger_records, sync_runs
+from tally_pipeline.store import asset_reads, ledger_records, sync_runs, type_activity
 from tally_pipeline.store.base import Store
 
 
@@ -33,6 +34,29 @@ def last_runs(store: Store) -> list[rules.LastRun]:
         narrow = sum(1 for t in types if t.code == INSUFFICIENT_SCOPE)
         out.append(rules.LastRun(cloud, status, to_utc(poll), drift, error, tripped, unconfirmed, skipped, narrow,
                                  int(stuck or 0), counts.get(cloud, 0)))
+    return out
+
+
+def last_type_activity(store: Store) -> list[rules.TypeActivity]:
+    """When the collector last stored an event of each (cloud, resource type)."""
+    return [rules.TypeActivity(c, t, to_utc(at)) for c, t, at in type_activity.last_collector_events(store)]
+
+
+def latest_corrections(store: Store) -> list[rules.LatestCorrections]:
+    """Each cloud's latest reconciled sync: its corrections per type, and the poll time of the one before."""
+    counts = sync_runs.reconciled_run_counts(store)
+    previous: dict[str, datetime] = {}
+    latest: list[tuple[str, datetime, Any]] = []
+    for cloud, poll, per_type, rank in sync_runs.latest_reconciled_runs(store):
+        if rank == 1:
+            latest.append((cloud, to_utc(poll), per_type))
+        else:
+            previous[cloud] = to_utc(poll)
+    out = []
+    for cloud, poll, per_type in latest:
+        types = summaries_from_json(orjson.loads(per_type) if isinstance(per_type, str) else per_type)
+        out.append(rules.LatestCorrections(cloud, counts.get(cloud, 0), poll, previous.get(cloud),
+                                           {t: s.lifecycle_corrections for t, s in sorted(types.items())}))
     return out
 
 
@@ -60,4 +84,6 @@ def evaluate(store: Store, clouds: list[str], now: datetime, settings: rules.Ale
         "sync_errors": rules.sync_errors(runs, misconfigured),
         "drift_high": rules.drift_high(runs, settings),
         "ledger_entities_skipped": rules.ledger_entities_skipped(ledger_skips(store)),
+        "service_events_silent": rules.service_events_silent(latest_corrections(store), last_type_activity(store),
+                                                             clouds, settings),
     }

@@ -23,6 +23,7 @@ from tally_pipeline.core.envelope import EVENT_ID_MAX, EventRecord, Rejection, i
 from tally_pipeline.core.errors import TallyError
 from tally_pipeline.core.jsontext import array_item_texts
 from tally_pipeline.core.registry import SizeSchemaRegistry
+from tally_pipeline.store import type_activity
 from tally_pipeline.store.base import EventKey, RejectedRow, Store, UnitOfWork
 
 MAX_BATCH = 1000
@@ -418,6 +419,9 @@ class Ingestor:
             dead_bytes[0] = sum(_utf8_len(row.raw or "") + _utf8_len(row.message) for row in (*batch.rejections, *conflicts))
             activity = Counter((r.cloud, r.source) for _, r in accepted if (r.cloud, r.event_id) in inserted)
             uow.note_activity(dict(activity), received_at)
+            type_activity.note(uow, Counter((r.cloud, r.resource_type) for _, r in accepted
+                                            if r.source == "collector" and (r.cloud, r.event_id) in inserted),
+                               received_at)
             return inserted, winners
 
         inserted, winners = self.store.run(work)

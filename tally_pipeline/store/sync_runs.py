@@ -208,6 +208,15 @@ def reconciled_run_counts(store: Store) -> dict[str, int]:
         "SELECT cloud, count(*) FROM sync_runs WHERE status IN ('succeeded', 'partial') GROUP BY cloud")}
 
 
+def latest_reconciled_runs(store: Store) -> list[tuple[str, datetime, Any, int]]:
+    """Each cloud's two latest runs that reconciled something (succeeded or partial), newest first:
+    ``(cloud, poll_time, per_type, 1 for the latest | 2 for the one before)``, by cloud."""
+    return [(c, t, per_type, int(rank)) for c, t, per_type, rank in store.query(
+        "SELECT cloud, poll_time, per_type, rank FROM (SELECT cloud, poll_time, per_type, started_at, "
+        "row_number() OVER (PARTITION BY cloud ORDER BY started_at DESC) AS rank FROM sync_runs "
+        "WHERE status IN ('succeeded', 'partial')) r WHERE rank <= 2 ORDER BY cloud, rank")]
+
+
 def last_success_polls(store: Store) -> list[tuple[str, datetime]]:
     """Each cloud's latest poll time of a succeeded or partial run."""
     return [(c, t) for c, t in store.query(

@@ -1,7 +1,8 @@
-"""The five alert sensors and checks, each with its condition true and false, over a prepared store."""
+"""The alert sensors and checks, each with its condition true and false, over a prepared store."""
 
 from __future__ import annotations
 
+import json
 from datetime import UTC, datetime, timedelta
 
 import dagster as dg
@@ -17,8 +18,17 @@ pytestmark = pytest.mark.slow  # a real process or a long property search per te
 NOW = datetime.now(UTC)
 
 
-def run_row(store, cloud: str, status: str, poll: datetime, drift: float = 0.0, guard: bool = False, error=None):
-    per_type = '{"volume": {"status": "enumerated", "guard_tripped": %s}}' % ("true" if guard else "false")
+@pytest.fixture(autouse=True)
+def _now_is_when_the_test_starts():
+    """The sensors judge against the wall clock: rows dated from the module's import would age past the
+    thresholds (sync_stale's 30 min) when a long, loaded run reaches a test late."""
+    global NOW
+    NOW = datetime.now(UTC)
+
+
+def run_row(store, cloud: str, status: str, poll: datetime, drift: float = 0.0, guard: bool = False, error=None,
+            created: int = 0):
+    per_type = json.dumps({"volume": {"status": "enumerated", "guard_tripped": guard, "created": created}})
     store.run(lambda uow: uow.execute(
         "INSERT INTO sync_runs (run_id, cloud, run_key, poll_time, started_at, finished_at, status, per_type, error, drift) "
         "VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s)",
@@ -29,6 +39,21 @@ def activity_row(store, cloud: str, last: datetime):
     store.run(lambda uow: uow.execute(
         "INSERT INTO cloud_activity (cloud, first_collector_event, last_collector_event, collector_events) "
         "VALUES (%s, %s, %s, 1)", (cloud, last, last)))
+
+
+def type_row(store, cloud: str, rtype: str, last: datetime):
+    store.run(lambda uow: uow.execute(
+        "INSERT INTO collector_type_activity (cloud, resource_type, first_collector_event, last_collector_event, "
+        "collector_events) VALUES (%s, %s, %s, %s, 1)", (cloud, rtype, last, last)))
+
+
+def volumes_corrected(store, volume_event_since: bool):
+    """c1's third sync created volumes; the collector carries c1's instances, and its volumes or not."""
+    for minutes, created in ((25, 0), (15, 0), (5, 2)):
+        run_row(store, "c1", "succeeded", NOW - timedelta(minutes=minutes), created=created)
+    run_row(store, "c2", "succeeded", NOW - timedelta(minutes=5))
+    type_row(store, "c1", "instance", NOW - timedelta(minutes=1))
+    type_row(store, "c1", "volume", NOW - timedelta(minutes=1 if volume_event_since else 60))
 
 
 @pytest.fixture
@@ -95,6 +120,10 @@ CASES = {
         lambda s: (run_row(s, "c1", "succeeded", NOW - timedelta(minutes=5)), run_row(s, "c2", "succeeded", NOW)),
         lambda s: run_row(s, "c1", "failed", NOW - timedelta(minutes=5), error="volume: HTTP 500"),
     ),
+    "service_events_silent": (
+        lambda s: volumes_corrected(s, volume_event_since=True),
+        lambda s: volumes_corrected(s, volume_event_since=False),
+    ),
     "drift_high": (
         lambda s: (run_row(s, "c1", "succeeded", NOW - timedelta(minutes=5), drift=0.01), run_row(s, "c2", "succeeded", NOW)),
         # past its warm-up: the cloud's third sync
@@ -130,7 +159,7 @@ def test_drift_high_fires_on_a_tripped_guard_even_with_low_drift() -> None:
     assert condition.firing and "mass-delete guard" in condition.message
 
 
-@pytest.mark.parametrize("alert", ["sync_errors", "drift_high"])
+@pytest.mark.parametrize("alert", ["sync_errors", "drift_high", "service_events_silent"])
 def test_a_cloud_that_never_synced_is_unknown_not_green(env, alert) -> None:
     rt, defs = env
     run_row(rt.store, "c1", "succeeded", NOW - timedelta(minutes=5))  # c2 never synced
@@ -153,3 +182,15 @@ def test_drift_high_does_not_judge_a_clouds_first_syncs(env) -> None:
         # the first two syncs correct what the events missed before tally listened: warming up, not firing
         assert evaluation.passed is (n <= 2)
         assert ("warming up (first syncs not judged on drift): c1 25.0%" in evaluation.description) is (n <= 2)
+
+
+def test_service_events_silent_names_the_cloud_type_and_service(env) -> None:
+    rt, defs = env
+    volumes_corrected(rt.store, volume_event_since=False)
+    result, _ = sensor_result(defs, "service_events_silent_sensor")
+    [evaluation] = [e for e in result.asset_events if isinstance(e, dg.AssetCheckEvaluation)]
+    assert evaluation.asset_key == dg.AssetKey("sync_runs") and evaluation.metadata["clouds"].value == "c1"
+    assert "c1 volume: the latest sync corrected 2, but no volume event from cinder reached the collector since" \
+        in evaluation.description
+    assert evaluation.metadata["runbook"].value == "docs/runbooks/TallyServiceEventsSilent.md"
+    assert evaluation.metadata["details"].value["c1"]["volume"]["service"] == "cinder"

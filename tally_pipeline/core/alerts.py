@@ -259,6 +259,7 @@ def service_events_silent(latest: Iterable[LatestCorrections], activity: Iterabl
             lines.append(f"{cloud} {rtype}: the latest sync corrected {d['corrections']}, but no {rtype} event "
                          f"from {service} {silence}")
     message = ("a service's notifications are not reaching the collector: " + "; ".join(lines)
-               + ". Is the collector bound to the exchange each publishes on? (collector.exchanges / "
-               "--exchange; cinder publishes on 'openstack' unless its control_exchange is set)" + warm_up)
+               + ". Is the collector bound to the exchange each publishes on? (collector.service_exchanges / "
+               "--service-exchange SERVICE=EXCHANGE; cinder publishes on 'openstack' unless its control_exchange "
+               "is set; `tally openstack check CLOUD --collector URL` shows each service)" + warm_up)
     return Condition("TallyServiceEventsSilent", True, tuple(sorted(silent)), message, silent)

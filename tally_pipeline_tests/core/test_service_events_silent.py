@@ -28,7 +28,7 @@ def test_fires_for_a_corrected_type_the_collector_never_carried() -> None:
     assert condition.details["c1"]["volume"]["corrections"] == 2
     assert condition.details["c1"]["volume"]["service"] == "cinder"
     assert "c1 volume: the latest sync corrected 2, but no volume event from cinder ever reached" in condition.message
-    assert "collector.exchanges" in condition.message and "'openstack'" in condition.message
+    assert "collector.service_exchanges" in condition.message and "'openstack'" in condition.message
     assert "instance" not in condition.details["c1"]  # no correction: nothing to say about instances
 
 

@@ -100,7 +100,7 @@ def test_no_context_credential_is_stored_or_printed(vhost: VHost, tmp_path: Path
             publishers = ServicePublishers(vhost.transport_url())
             try:
                 for message in (stored_volume, broken, unknown):
-                    publishers.publish("cinder", "notifications", message, UnredactedContext(CONTEXT))
+                    publishers.publish("openstack", "notifications", message, UnredactedContext(CONTEXT))
             finally:
                 publishers.close()
             vhost.publish_raw("nova", "notifications.info", cut_short)

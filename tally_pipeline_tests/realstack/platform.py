@@ -53,21 +53,26 @@ def server_times(conn: Any, server_id: str) -> ServerTimes | None:
 
 @dataclass(frozen=True)
 class Action:
-    """One instance action as nova records it: requested at ``start``, done by ``finish`` (its last event's)."""
+    """One instance action as nova records it: requested at ``start``, done by ``finish`` (its last event's);
+    ``last_started`` is when its last event began (for a create: the build on the host, which the launch ends)."""
 
     name: str
     start: float
     finish: float | None
+    last_started: float | None
 
 
 def actions(conn: Any, server_id: str) -> dict[str, list[Action]]:
-    """The server's instance actions by name (``stop``, ``start``, ``resize``, …), oldest first."""
+    """The server's instance actions by name (``create``, ``stop``, ``start``, ``resize``, …), oldest first."""
     found: dict[str, list[Action]] = {}
     for listed in conn.compute.server_actions(server_id):
         detail = conn.compute.get_server_action(listed.request_id, server_id)
-        finishes = [epoch(t) for e in detail.events or () if (t := _field(e, "finish_time"))]
-        found.setdefault(listed.action, []).append(
-            Action(listed.action, epoch(listed.start_time), max(finishes) if finishes else None))
+        events = detail.events or ()
+        finishes = [epoch(t) for e in events if (t := _field(e, "finish_time"))]
+        starts = [epoch(t) for e in events if (t := _field(e, "start_time"))]
+        found.setdefault(listed.action, []).append(Action(
+            listed.action, epoch(listed.start_time), max(finishes) if finishes else None,
+            max(starts) if starts else None))
     return {name: sorted(values, key=lambda a: a.start) for name, values in found.items()}
 
 

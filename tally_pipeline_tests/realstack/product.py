@@ -13,7 +13,6 @@ import os
 import secrets
 import subprocess
 import sys
-import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -223,7 +222,3 @@ def running_product(stack: Stack, root: Path, database: str) -> Iterator[Product
         yield product
     finally:
         product.close()
-
-
-def now() -> float:
-    return time.time()

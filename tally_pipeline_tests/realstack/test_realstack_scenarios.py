@@ -98,9 +98,13 @@ def test_servers_while_the_collector_listens(conn: Any, product: Product, image_
     done = actions(conn, server.id)
     intervals = product.lifecycle("instance", server.id)
     assert contiguous(intervals) and len({i.lifecycle for i in intervals}) == 1, intervals
-    # Billing starts at nova's launch, not at the request, and ends at the delete: as nova accounts.
+    # Billing starts at nova's launch, not at the request, and ends at the delete: as nova accounts. (The resize
+    # reset nova's own launched_at: the launch is read from the create action, whose last event is the build on
+    # the host that the launch ends.)
     assert truth.launched is not None and truth.terminated is not None
-    assert abs(intervals[0].start - truth.launched) <= SLACK, (truth, intervals[0])
+    [create] = done["create"]
+    assert create.last_started is not None and create.finish is not None
+    assert create.last_started - SLACK <= intervals[0].start <= create.finish + SLACK, (create, intervals[0])
     assert intervals[-1].end is not None and abs(intervals[-1].end - truth.terminated) <= SLACK, (truth, intervals[-1])
     # The shutoff interval starts while nova's stop action runs (from its request to its last event's finish)
     # and ends while the start action runs.
@@ -215,8 +219,14 @@ def test_bound_again_from_the_first_second_after_the_broker_lost_the_exchanges(
 def test_what_changes_while_the_collector_is_deaf_is_reconciled(conn: Any, product: Product, image_id: str) -> None:
     """With the collector stopped and its queues gone, only the sync sees what changed: new servers (one stopped),
     one created and deleted between two syncs, resources deleted while nobody listened, a volume extended,
-    a floating IP and an image. Each comes out as the platform records it."""
+    a floating IP and an image, a floating IP released and an image deleted. Each comes out as the platform
+    records it."""
     kept_server = boot(conn, "rs-deaf-delete", image_id)
+    kept_fip = conn.network.create_ip(floating_network_id=conn.network.find_network("rs-public").id)
+    kept_image = conn.image.create_image(name="rs-deaf-delete", data=b"\5" * 1024, disk_format="raw",
+                                         container_format="bare", allow_duplicates=True)
+    product.wait_for_events("floating_ip", kept_fip.id, {"floatingip.create.end"})
+    product.wait_for_events("image", kept_image.id, {"image.activate"})
     kept_volume = conn.block_storage.create_volume(size=1, name="rs-deaf-delete")
     wait_status(lambda: conn.block_storage.get_volume(kept_volume.id), "available")
     product.wait_for_events("instance", kept_server.id, {"compute.instance.create.end"})
@@ -234,6 +244,8 @@ def test_what_changes_while_the_collector_is_deaf_is_reconciled(conn: Any, produ
     volume_deleted_after = time.time()
     conn.block_storage.delete_volume(kept_volume.id)
     conn.block_storage.wait_for_delete(conn.block_storage.get_volume(kept_volume.id), wait=BUILD_WAIT)
+    conn.network.delete_ip(kept_fip.id)
+    conn.image.delete_image(kept_image.id)
     volume = conn.block_storage.create_volume(size=1, name="rs-deaf-extended")
     wait_status(lambda: conn.block_storage.get_volume(volume.id), "available")
     conn.block_storage.extend_volume(volume.id, 2)
@@ -244,7 +256,7 @@ def test_what_changes_while_the_collector_is_deaf_is_reconciled(conn: Any, produ
 
     run = product.sync()
     assert run["status"] == "succeeded", json.dumps(run, indent=1)
-    assert run["recovered"] >= 1 and run["deleted"] >= 2 and run["created"] >= 5, run
+    assert run["recovered"] >= 1 and run["deleted"] >= 4 and run["created"] >= 5, run
 
     for server in (live, stopped):
         truth = server_times(conn, server.id)
@@ -272,6 +284,12 @@ def test_what_changes_while_the_collector_is_deaf_is_reconciled(conn: Any, produ
     ended = product.lifecycle("volume", kept_volume.id)[-1].end
     volume_poll = epoch(run["per_type"]["volume"]["poll_time"])
     assert ended is not None and volume_deleted_after <= ended <= volume_poll + SLACK
+    # A floating IP released and an image deleted while nobody listened: closed by the sync, after the deletion.
+    for resource_type, resource_id in (("floating_ip", kept_fip.id), ("image", kept_image.id)):
+        gone = product.lifecycle(resource_type, resource_id)[-1].end
+        type_poll = epoch(run["per_type"][resource_type]["poll_time"])
+        assert gone is not None and volume_deleted_after - SLACK <= gone <= type_poll + SLACK, resource_type
+        assert "reconciliation" in sources(product.events(resource_type, resource_id))
 
     [extended] = product.lifecycle("volume", volume.id)
     assert extended.size["gb"] == 2 and extended.end is None

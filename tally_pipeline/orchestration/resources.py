@@ -21,6 +21,7 @@ from pydantic import Field, PrivateAttr
 
 from tally_pipeline.config import CONFIG_ENV, TallyConfig
 from tally_pipeline.core.alerts import Condition
+from tally_pipeline.orchestration.failures import UNREADABLE
 from tally_pipeline.orchestration.location import DATABASE_ENV, env_setting
 from tally_pipeline.runtime import Runtime
 from tally_pipeline.services import alerts, projection
@@ -36,6 +37,7 @@ class _RuntimeClient(dg.ConfigurableResource):
     config_path: str | None = Field(default=None, description="tally config file (YAML); default $TALLY_CONFIG")
 
     _runtime: Runtime | None = PrivateAttr(default=None)
+    _unusable: Exception | None = PrivateAttr(default=None)
 
     def _database(self) -> str | None:
         return None
@@ -45,17 +47,27 @@ class _RuntimeClient(dg.ConfigurableResource):
         return Runtime.load(self.config_path, database=self._database(), isolate_clouds=True)
 
     def _rt(self) -> Runtime:
+        if self._unusable is not None:
+            raise self._unusable
         if self._runtime is None:
             self._runtime = self._load()
         return self._runtime
 
     def setup_for_execution(self, context: dg.InitResourceContext) -> None:
-        self._runtime = self._load()  # this step's or tick's own, from the config file as it is now
+        # This step's or tick's own, from the config file as it is now. A config or database that fails
+        # here is raised at the first use instead: there the body reports it cause first (a run's
+        # failure, a check failed, a sensor's tick), where a resource's init error would lead with
+        # Dagster's wrapper.
+        try:
+            self._runtime = self._load()
+        except UNREADABLE as exc:
+            self._unusable = exc
 
     def teardown_after_execution(self, context: dg.InitResourceContext) -> None:
         self.close()
 
     def close(self) -> None:
+        self._unusable = None
         if self._runtime is not None:
             self._runtime.close()
             self._runtime = None
@@ -95,7 +107,11 @@ class TallyStore(_RuntimeClient):
     def setup_for_execution(self, context: dg.InitResourceContext) -> None:
         super().setup_for_execution(context)
         self._held = ExitStack()
-        self._held.enter_context(self._rt().store.session())
+        if self._unusable is None:
+            try:
+                self._held.enter_context(self._rt().store.session())
+            except UNREADABLE as exc:  # an embedded file another process holds past the retry budget
+                self._unusable = exc
 
     def teardown_after_execution(self, context: dg.InitResourceContext) -> None:
         if self._held is not None:

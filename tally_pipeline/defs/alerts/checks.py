@@ -1,8 +1,10 @@
-"""One asset check per alert, on the asset it watches (runnable by hand; the sensors report them too)."""
+"""One asset check per alert, on the asset it watches (runnable by hand; the sensors report them too).
+A store the check cannot read fails it, the cause as its first line."""
 
 import dagster as dg
 
 from tally_pipeline.orchestration.alert_states import ALERTS, check_metadata, states
+from tally_pipeline.orchestration.failures import UNREADABLE, unreadable_check
 from tally_pipeline.orchestration.resources import TallyStore
 
 
@@ -11,7 +13,12 @@ def _check(key: str) -> dg.AssetChecksDefinition:
 
     @dg.asset_check(asset=asset, name=name, description=f"{key.replace('_', ' ')} (runbook: {runbook})")
     def check(store: TallyStore) -> dg.AssetCheckResult:
-        [state] = states(store, [key])
+        try:
+            [state] = states(store, [key])
+        except UNREADABLE as exc:
+            failed = unreadable_check(asset, name, exc, runbook=runbook)
+            return dg.AssetCheckResult(passed=False, severity=failed.severity, description=failed.description,
+                                       metadata=failed.metadata)
         return dg.AssetCheckResult(passed=state.passed, severity=state.severity,
                                    description=state.message, metadata=check_metadata(state))
 

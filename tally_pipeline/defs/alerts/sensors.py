@@ -3,7 +3,9 @@
 Reporting on every tick (not only on a change) is what keeps a check from going stale: a run that
 failed with the check in its selection leaves it "Execution failed", a config edit changes a
 threshold, a cloud is set aside as misconfigured — the next tick says the true state whatever
-happened in between. The terminal hears only changes: the cursor holds the last state logged.
+happened in between. A store the tick cannot read is reported too: the check fails with the cause as
+its first line (never keeps its last pass). The terminal hears only changes: the cursor holds the
+last state logged. Each tick says what it did ("evaluated 1 check, fired 0: …").
 """
 
 import json
@@ -11,6 +13,7 @@ import json
 import dagster as dg
 
 from tally_pipeline.orchestration.alert_states import ALERTS, evaluation, states
+from tally_pipeline.orchestration.failures import UNREADABLE, cause, outage_fingerprint, unreadable_check
 from tally_pipeline.orchestration.resources import TallyStore
 
 
@@ -21,7 +24,15 @@ def _sensor(key: str) -> dg.SensorDefinition:
                description=f"Evaluates the {key.replace('_', ' ')} alert every minute and reports it on {asset}'s "
                            f"{name} check (every tick; a change of state is also logged).")
     def sensor(context: dg.SensorEvaluationContext, store: TallyStore) -> dg.SensorResult:
-        [state] = states(store, [key])
+        try:
+            [state] = states(store, [key])
+        except UNREADABLE as exc:
+            if outage_fingerprint(exc) != context.cursor:  # once per outage (and per change of its kind)
+                context.log.error(f"{cause(exc)}\n{name} cannot be evaluated: reported failed until the store "
+                                  f"answers (runbook: {runbook})")
+                context.update_cursor(outage_fingerprint(exc))
+            return dg.SensorResult(asset_events=[unreadable_check(asset, name, exc, runbook=runbook)],
+                                   skip_reason=f"{name} not evaluated, reported failed: {cause(exc)}")
         fingerprint = json.dumps(state.fingerprint())
         if fingerprint != context.cursor:
             # Only a firing alert is logged as a warning; "unknown" (a cloud never synced) is information.
@@ -30,7 +41,9 @@ def _sensor(key: str) -> dg.SensorDefinition:
                 + (f" (runbook: {runbook})" if state.condition.firing else "")
             )
             context.update_cursor(fingerprint)
-        return dg.SensorResult(asset_events=[evaluation(state)])
+        fired = int(state.condition.firing)
+        return dg.SensorResult(asset_events=[evaluation(state)],
+                               skip_reason=f"evaluated 1 check ({name}), fired {fired}: {state.label}: {state.message}")
 
     return sensor
 

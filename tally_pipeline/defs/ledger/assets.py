@@ -1,5 +1,6 @@
 """The delta poster as assets: audit the ledger (a blocking check gates posting), then post a cycle."""
 
+from typing import Any
 
 import dagster as dg
 
@@ -10,6 +11,29 @@ from tally_pipeline.orchestration.projection_refresh import refresh_and_report
 from tally_pipeline.orchestration.resources import Clock, Ledger
 from tally_pipeline.orchestration.snapshot import write_analyst_snapshot
 from tally_pipeline.orchestration.tags import NOW, POOL
+
+
+def ledger_balanced(result: Any) -> dict[str, Any]:
+    """The ledger_balanced check's verdict over a verification (the audit's rules live in ledger/verify.py)."""
+    audit = result.audit()
+    return {
+        "passed": audit.passed,
+        # only a broken ledger stops the cycle; unbilled entities must not stop every other one
+        "severity": dg.AssetCheckSeverity.ERROR if audit.blocking else dg.AssetCheckSeverity.WARN,
+        "metadata": {
+            "entities": result.entities,
+            "discrepancies": len(audit.broken),
+            "unbilled": len(audit.unbilled),
+            "examples": md_table(["kind", "cloud", "project", "meter", "detail"],
+                                 [[d.kind, d.cloud, d.project_id, d.meter, d.detail[:80]] for d in audit.failing[:10]]),
+        },
+    }
+
+
+def postings_match_usage(result: Any) -> dict[str, Any]:
+    """The postings_match_usage check's verdict over a verification: no orphan or mismatched postings."""
+    broken = [d for d in result.discrepancies if d.kind in ("orphan_postings", "ledger_mismatch")]
+    return {"passed": not broken, "metadata": {"entities": result.entities, "discrepancies": len(broken)}}
 
 
 @dg.asset(
@@ -32,19 +56,7 @@ def ledger_audit(context: dg.AssetExecutionContext, ledger: Ledger):
             "unbilled": len(audit.unbilled),
             "pending_next_cycle": len(audit.pending),
         })
-        yield dg.AssetCheckResult(
-            check_name="ledger_balanced",
-            passed=audit.passed,
-            # only a broken ledger stops the cycle; unbilled entities must not stop every other one
-            severity=dg.AssetCheckSeverity.ERROR if audit.blocking else dg.AssetCheckSeverity.WARN,
-            metadata={
-                "entities": result.entities,
-                "discrepancies": len(audit.broken),
-                "unbilled": len(audit.unbilled),
-                "examples": md_table(["kind", "cloud", "project", "meter", "detail"],
-                                      [[d.kind, d.cloud, d.project_id, d.meter, d.detail[:80]] for d in audit.failing[:10]]),
-            },
-        )
+        yield dg.AssetCheckResult(check_name="ledger_balanced", **ledger_balanced(result))
 
 
 @dg.multi_asset(
@@ -106,8 +118,6 @@ def delta_posting_cycle(context: dg.AssetExecutionContext, ledger: Ledger, clock
         yield dg.MaterializeResult(asset_key="usage_checkpoints", metadata={
             "entities": result.entities, "unchanged": result.unchanged, "already_posted": result.already_posted,
         })
-        check = ledger.verify()
-        broken = [d for d in check.discrepancies if d.kind in ("orphan_postings", "ledger_mismatch")]
-        yield dg.AssetCheckResult(asset_key="ledger_postings", check_name="postings_match_usage", passed=not broken,
-                                  metadata={"entities": check.entities, "discrepancies": len(broken)})
+        yield dg.AssetCheckResult(asset_key="ledger_postings", check_name="postings_match_usage",
+                                  **postings_match_usage(ledger.verify()))
 

@@ -39,16 +39,17 @@ def reconcile_partitions(context: dg.AssetExecutionContext, store: TallyStore, a
     run_key = tags.get(RUN_KEY) or f"dagster:{context.run.run_id}"
     header = ["type", "status", "listed", "corrections", "deferred", "reason"]
     failures, partial, statuses = [], [], {}
+    if CLOUD not in tags and len(context.partition_keys) == 1:
+        # A run launched from the UI's Materialize or GraphQL has no tally/cloud tag (only
+        # dagster/partition, which deploy/embedded/dagster.yaml also limits): add it first, so every run
+        # names its cloud, the one that fails at its configuration too.
+        context.instance.add_run_tags(context.run.run_id, {CLOUD: context.partition_keys[0]})
     for cloud in context.partition_keys:
         reason = store.config.misconfigured_clouds.get(cloud)
         if reason is not None:  # fail at once, the reason first (the other clouds are unaffected)
             raise dg.Failure(f"cloud {cloud!r} is misconfigured: {reason}")
         if cloud not in store.config.clouds and cloud not in clouds:
             raise dg.Failure(f"cloud {cloud!r} is not configured")
-    if CLOUD not in tags and len(context.partition_keys) == 1:
-        # A run launched from the UI's Materialize or GraphQL has no tally/cloud tag (only
-        # dagster/partition, which deploy/embedded/dagster.yaml also limits): add it, so every run names its cloud.
-        context.instance.add_run_tags(context.run.run_id, {CLOUD: context.partition_keys[0]})
     watermark = store.projection_watermark()
     events = store.event_count()
     reserved = tags.get(SYNC_RUN_ID)  # POST /internal/sync/{cloud} reserved this run, then launched this job
@@ -146,8 +147,15 @@ def reconciliation_defs(clouds: list[str]) -> dg.Definitions:
     )
     def sync_runs(context: dg.AssetExecutionContext, store: TallyStore, adapters: dg.ResourceParam[AdapterSource],
                   clock: dg.ResourceParam[Clock]):
-        with cause_first():  # a database that refuses us says why, first
-            yield from reconcile_partitions(context, store, adapters, clock, clouds)
+        try:
+            with cause_first():  # a database that refuses us says why, first
+                yield from reconcile_partitions(context, store, adapters, clock, clouds)
+        except Exception:
+            # A run that failed before its outcome was known (misconfigured, the database down): the
+            # sync did not happen, and the run list says so like any other sync's outcome.
+            if SYNC_STATUS not in context.instance.get_run_by_id(context.run.run_id).tags:
+                context.instance.add_run_tags(context.run.run_id, {SYNC_STATUS: "failed"})
+            raise
 
     # The alert checks on sync_runs are reported by their sensors every minute; running them as extra
     # steps of every 10-minute sync would only slow each run down.

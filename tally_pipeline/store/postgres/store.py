@@ -9,6 +9,8 @@ and never deadlock.
 
 from __future__ import annotations
 
+import logging
+import threading
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from datetime import datetime
@@ -105,20 +107,59 @@ DRIVER_ERRORS: tuple[Rule, ...] = (
 )
 
 
+POOL_NAME = "tally"
+_log = logging.getLogger(__name__)
+# database (host:port/dbname) -> why it is unreachable, for every pool of this process: an outage is
+# logged when it starts and when it ends, not on each of the pools' attempts (one a second or so per
+# pool, and a Dagster sensor tick or step makes a pool of its own).
+_outages: dict[str, str] = {}
+_outages_lock = threading.Lock()
+
+
+class _OneLinePerOutage(logging.Filter):
+    """Drops psycopg_pool's per-attempt warnings for our pools: ``_Pool`` logs the outage's start and end."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        per_attempt = record.msg in ("error connecting in %r: %s", "reconnection attempt in pool %r failed after %s sec")
+        return not (per_attempt and isinstance(record.args, tuple) and record.args[:1] == (POOL_NAME,))
+
+
+_pool_logger = logging.getLogger("psycopg.pool")
+if not any(isinstance(f, _OneLinePerOutage) for f in _pool_logger.filters):
+    _pool_logger.addFilter(_OneLinePerOutage())
+
+
+def _target(url: str) -> str:
+    info = conninfo_to_dict(url)
+    return f"{info.get('host', 'localhost')}:{info.get('port', 5432)}/{info.get('dbname', '')}"
+
+
 class _Pool(ConnectionPool):
     """A pool that remembers why its latest connection attempt failed (the driver's own message, e.g.
     ``permission denied for database``): the pool makes connections in the background and only logs
-    their errors, so a caller timing out waiting for one would otherwise learn only that it waited."""
+    their errors, so a caller timing out waiting for one would otherwise learn only that it waited.
+    It logs an outage once when it starts (the cause) and once when it ends."""
 
     last_error: str | None = None
 
     def _connect(self, timeout: float | None = None) -> psycopg.Connection:
+        target = _target(self.conninfo)
         try:
             conn = super()._connect(timeout)
         except psycopg.Error as exc:
             self.last_error = " ".join(str(exc).split())  # one line: libpq's message spans several
+            with _outages_lock:
+                started = target not in _outages
+                _outages[target] = self.last_error
+            if started:
+                _log.warning(redact(f"PostgreSQL {target} unreachable: {self.last_error} (retrying; logged again "
+                                    "when it answers)"))
             raise
         self.last_error = None
+        with _outages_lock:
+            ended = _outages.pop(target, None) is not None
+        if ended:
+            _log.warning(f"PostgreSQL {target} answers again")
         return conn
 
 
@@ -332,7 +373,7 @@ class PostgresStore(Store):
             # jit_above_cost: 136 ms of a 148 ms held-id lookup of 1,000 keys at 2M events), or the
             # fold, which measured slower with it.
             kwargs={"connect_timeout": max(1, int(timeout)), "options": _options_with_jit_off(url)},
-            name="tally",
+            name=POOL_NAME,
         )
         self.pool.open(wait=False)
         if migrate:

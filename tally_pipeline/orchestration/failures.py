@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager
+from typing import Any
 
 import dagster as dg
 
@@ -40,7 +41,7 @@ def cause_first() -> Iterator[None]:
         raise dg.Failure(redact(f"{type(exc).__name__}: {exc}")) from exc
 
 
-def unreadable_check(asset: str, name: str, exc: BaseException, **metadata: object) -> dg.AssetCheckEvaluation:
+def unreadable_check(asset: str, name: str, exc: BaseException, **metadata: Any) -> dg.AssetCheckEvaluation:
     """A check that could not be evaluated: failed (red, never its last pass), the cause as its first line."""
     return dg.AssetCheckEvaluation(
         asset_key=dg.AssetKey(asset), check_name=name, passed=False, severity=dg.AssetCheckSeverity.ERROR,
@@ -52,3 +53,21 @@ def unreadable_check(asset: str, name: str, exc: BaseException, **metadata: obje
 def outage_fingerprint(exc: BaseException) -> str:
     """What a cursor remembers of an outage: its kind, not its per-attempt details (a wait time, a pid)."""
     return f"unreadable:{type(exc).__name__}"
+
+
+# sensor -> the outage it last logged (the code server evaluates every tick of a sensor in one process)
+_said: dict[str, str] = {}
+
+
+def outage_skip(context: dg.SensorEvaluationContext, name: str, exc: BaseException) -> dg.SkipReason:
+    """The tick of sensor ``name`` that cannot read the store: skipped, the cause first; logged once per outage."""
+    if _said.get(name) != outage_fingerprint(exc):
+        context.log.error(f"{cause(exc)}\n{name}: nothing done until the store can be read")
+        _said[name] = outage_fingerprint(exc)
+    return dg.SkipReason(f"{cause(exc)}\nnothing done this tick; the next tick tries again")
+
+
+def outage_over(context: dg.SensorEvaluationContext, name: str) -> None:
+    """Say once that sensor ``name`` reads the store again after ``outage_skip``."""
+    if _said.pop(name, None) is not None:
+        context.log.info(f"{name}: the store can be read again")

@@ -91,10 +91,14 @@ def test_alert_checks_go_red_with_the_cause_first_and_the_outage_is_logged_once(
         run = scoped.resolve_job_def("only_check").execute_in_process(instance=instance)
         [by_hand] = [e.event_specific_data for e in run.all_events if e.event_type_value == "ASSET_CHECK_EVALUATION"]
         assert not by_hand.passed and by_hand.description.startswith("StoreUnavailable: PostgreSQL unavailable")
+        # a sensor that starts runs or records writes skips its tick, the cause first
+        skipped, _ = tick(location, "api_writes_sensor", instance)
+        assert skipped.skip_message.startswith("StoreUnavailable: PostgreSQL unavailable")
     terminal = capfd.readouterr().err
     # the sensor logged the outage once over its two ticks, the cause first
     said = [line for line in terminal.splitlines() if "StoreUnavailable" in line and " - ERROR - " in line]
-    assert len(said) == 1, terminal
+    assert len(said) == 2, terminal  # one per sensor: sync_stale's (over two ticks) and api_writes'
+    assert terminal.count("sync_stale cannot be evaluated") == 1
     # the pool's per-attempt lines are gone; the outage's start is one line, however many pools tried
     assert not [r for r in caplog.records if r.getMessage().startswith("error connecting in 'tally'")]
     started = [r for r in caplog.records if "unreachable" in r.getMessage() and REFUSED in r.getMessage()]

@@ -84,6 +84,10 @@ def test_a_bad_cloud_entry_leaves_the_other_clouds_running(location, tmp_path) -
         [failure] = [e for e in bad.all_events if e.event_type_value == "STEP_FAILURE"]
         message = failure.step_failure_data.error.message
         assert "clouds.demo-b.simulated.resorces: unknown key" in message.splitlines()[0]
+        # launched without tags (as from the UI), it still names its cloud and its outcome: filtering
+        # runs by cloud finds exactly this one
+        tags = instance.get_run_by_id(bad.run_id).tags
+        assert tags["tally/cloud"] == "demo-b" and tags["tally/sync_status"] == "failed"
         # The sync_errors check says the cloud is misconfigured.
         result, _ = sensor_tick(repo, "sync_errors_sensor", instance)
         check = evaluations(result)["sync_errors"]

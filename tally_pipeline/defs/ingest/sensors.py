@@ -9,6 +9,7 @@ import dagster as dg
 from tally_pipeline.defs.ingest.jobs import landing_job
 from tally_pipeline.defs.ingest.landing_folders import file_signature, landing_files, read_landing_cursor
 from tally_pipeline.orchestration.alert_states import evaluation, states
+from tally_pipeline.orchestration.failures import UNREADABLE, outage_over, outage_skip
 from tally_pipeline.orchestration.resources import TallyStore
 from tally_pipeline.orchestration.table_metadata import (
     cloud_activity_metadata,
@@ -27,6 +28,15 @@ IGNORED = "ignored:"
            description="Records what the API wrote since the last look as materializations of event_log, cloud_activity "
                        "and dead_letter (with the events_silent check); automation then refreshes the projections.")
 def api_writes_sensor(context: dg.SensorEvaluationContext, store: TallyStore) -> dg.SensorResult | dg.SkipReason:
+    try:
+        result = _api_writes(context, store)
+    except UNREADABLE as exc:
+        return outage_skip(context, "api_writes_sensor", exc)
+    outage_over(context, "api_writes_sensor")
+    return result
+
+
+def _api_writes(context: dg.SensorEvaluationContext, store: TallyStore) -> dg.SensorResult | dg.SkipReason:
     events = store.event_count()
     rejected = store.rejected_count()
     cursor = f"{events}:{rejected}"
@@ -55,7 +65,8 @@ def api_writes_sensor(context: dg.SensorEvaluationContext, store: TallyStore) ->
     if rejected != before[1] and (recorded_rejected is None or recorded_rejected.value != rejected):
         written.append(dg.AssetMaterialization("dead_letter", metadata={
             **dead_letter_metadata(store), "recorded_by": "api_writes_sensor: the count changed since its last look"}))
-    return dg.SensorResult(asset_events=written)
+    return dg.SensorResult(asset_events=written, skip_reason=f"recorded {len(written)} asset events: {events} events, "
+                                                             f"{rejected} rejected")
 
 
 def _note(context: dg.SensorEvaluationContext, seen: dict[str, str], current: dict[str, str], folder: str,
@@ -70,6 +81,15 @@ def _note(context: dg.SensorEvaluationContext, seen: dict[str, str], current: di
 @dg.sensor(job=landing_job, minimum_interval_seconds=30, default_status=dg.DefaultSensorStatus.RUNNING,
            description="Starts a landing_files run for each day folder with files it has not seen (new or changed).")
 def landing_files_sensor(context: dg.SensorEvaluationContext, store: TallyStore) -> dg.SensorResult | dg.SkipReason:
+    try:
+        result = _landing_files(context, store)
+    except UNREADABLE as exc:
+        return outage_skip(context, "landing_files_sensor", exc)
+    outage_over(context, "landing_files_sensor")
+    return result
+
+
+def _landing_files(context: dg.SensorEvaluationContext, store: TallyStore) -> dg.SensorResult | dg.SkipReason:
     landing_dir = store.config.landing_dir
     if landing_dir is None or not landing_dir.is_dir():
         return dg.SkipReason("no landing_dir configured (or it does not exist)")

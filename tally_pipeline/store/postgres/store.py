@@ -141,9 +141,10 @@ class _Pool(ConnectionPool):
     It logs an outage once when it starts (the cause) and once when it ends."""
 
     last_error: str | None = None
+    target = ""  # host:port/dbname, set by the store
 
     def _connect(self, timeout: float | None = None) -> psycopg.Connection:
-        target = _target(self.conninfo)
+        target = self.target
         try:
             conn = super()._connect(timeout)
         except psycopg.Error as exc:
@@ -375,6 +376,7 @@ class PostgresStore(Store):
             kwargs={"connect_timeout": max(1, int(timeout)), "options": _options_with_jit_off(url)},
             name=POOL_NAME,
         )
+        self.pool.target = _target(url)
         self.pool.open(wait=False)
         if migrate:
             self.migrate()

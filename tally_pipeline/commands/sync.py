@@ -39,7 +39,8 @@ def sync(rt: Runtime, cloud: str, run_key: str | None, at: str | None, as_json: 
         click.echo(json.dumps(run.as_json(), indent=2, default=_default))
     else:
         drift = (f"first load of the cloud ({run.created} created; not drift)" if run.first_load
-                 else f"drift {run.drift:.2%} of {run.live_before} live")
+                 else f"drift {run.drift:.2%} of {run.live_before} live"
+                 + (f" ({run.late} late deliveries settled, not drift)" if run.late else ""))
         click.echo(
             f"{run.cloud}: {run.status}, polled at {format_rfc3339(run.poll_time)}: created {run.created}, updated "
             f"{run.updated}, deleted {run.deleted}, recovered {run.recovered}, deferred {run.deferred} "

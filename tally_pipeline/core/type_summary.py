@@ -31,6 +31,9 @@ class TypeSummary:
     never_ran: dict[str, int] = field(default_factory=dict)  # failed builds not billed, by why
     stuck_transition: int = 0
     restarts: int = 0
+    #: corrections of resources whose collector events arrived after the previous sync started yet
+    #: occurred before its poll (a landing backlog, a delayed buffer): settled, not drift
+    late: int = 0
 
     @property
     def skipped_total(self) -> int:

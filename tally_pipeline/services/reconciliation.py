@@ -93,6 +93,7 @@ class SyncRun:
     live_before: int = 0
     first_load: bool = False  # the projection held nothing of the cloud: everything is new, not drift
     drift: float | None = None
+    late: int = 0  # corrections that settled late deliveries (not in drift); per type in per_type
     deleted_listing: str | None = None
     #: How far nova's deleted listing covered deletes: the instance poll time, when the instance
     #: listing enumerated and the deleted listing answered (the next run's window starts here).
@@ -342,6 +343,7 @@ def _reconcile(store: Store, ingestor: Ingestor, adapter: PlatformAdapter, run: 
     held: dict[str, str] | None = None  # the mass-delete guard, decided by the first round for the whole run
     asked: dict[tuple[str, str], Confirmation] = {}
     stored_by_type: dict[str, dict[str, int]] = {}
+    previous = runs_sql.previous_reconciled_run(store, cloud)  # what the last sync could have seen
     for round_no in range(1, MAX_ROUNDS + 1):
         projection.refresh(store)
         projected = projected_resources(store, cloud)
@@ -376,6 +378,9 @@ def _reconcile(store: Store, ingestor: Ingestor, adapter: PlatformAdapter, run: 
                     continue  # a recovered resource counts once, by its create
                 counts = stored_by_type.setdefault(correction.resource_type, {})
                 counts[key] = counts.get(key, 0) + 1
+                if previous is not None and runs_sql.arrived_late(
+                        store, (cloud, correction.resource_type, correction.resource_id), *previous):
+                    counts["late"] = counts.get("late", 0) + 1
                 if correction.stuck:
                     counts["stuck_transition"] = counts.get("stuck_transition", 0) + 1
         if stored == 0:  # a retried run: everything was already written by the same run key
@@ -411,12 +416,12 @@ def _summarise(run: SyncRun, first: rules.Plan, last: rules.Plan, stored: dict[s
             poll_time=o.poll_time.isoformat() if o.poll_time else None,
             created=counts.get("created", 0), updated=counts.get("updated", 0),
             deleted=counts.get("deleted", 0), recovered=counts.get("recovered", 0),
-            corrections=sum(n for k, n in counts.items() if k != "stuck_transition"),
+            corrections=sum(n for k, n in counts.items() if k not in ("stuck_transition", "late")),
             deferred=sum(deferred.values()), deferred_by_reason=dict(sorted(deferred.items())),
             unknown=o.unknown, skipped=dict(sorted(skipped.items())),
             guard_tripped=o.guard_tripped, code=o.code,
             never_ran=dict(sorted(o.never_ran.items())), stuck_transition=counts.get("stuck_transition", 0),
-            restarts=o.restarts,
+            restarts=o.restarts, late=counts.get("late", 0),
         )
     types = run.per_type.values()
     run.created, run.updated = sum(t.created for t in types), sum(t.updated for t in types)
@@ -426,10 +431,14 @@ def _summarise(run: SyncRun, first: rules.Plan, last: rules.Plan, stored: dict[s
     run.skipped = sum(t.skipped_total for t in types)
     run.live_before = sum(o.live_before for o in first.types.values())
     # Drift: the share of the live resources before the run that it corrected or held behind the
-    # guard. A first load (the projection knew nothing of the cloud) is not drift: everything is new.
+    # guard, over what the previous sync could have seen (docs/reconciliation.md, "Drift"): a
+    # correction of a resource whose collector events arrived after the previous sync started yet
+    # occurred before its poll settles a late delivery (a landing backlog), not a loss since; it is
+    # counted as ``late``. A first load (the projection knew nothing of the cloud) is not drift.
     guard = sum(t.deferred_by_reason.get("mass_delete_guard", 0) for t in types)
-    changed = run.created + run.updated + run.deleted + run.recovered + guard
-    run.drift = 0.0 if run.first_load else round(changed / max(1, run.live_before), 6)
+    run.late = sum(t.late for t in types)
+    changed = run.created + run.updated + run.deleted + run.recovered + guard - run.late
+    run.drift = 0.0 if run.first_load else round(max(0, changed) / max(1, run.live_before), 6)
     failed = [t for t, o in first.types.items() if o.status == "failed"]
     guarded = [t for t, o in first.types.items() if o.guard_tripped]
     # A guard that held deletes leaves the type unreconciled as surely as a failed listing: partial.

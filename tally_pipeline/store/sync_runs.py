@@ -202,6 +202,23 @@ def latest_finished_runs(store: Store) -> list[tuple[Any, ...]]:
     )
 
 
+def previous_reconciled_run(store: Store, cloud: str) -> tuple[datetime, datetime] | None:
+    """The cloud's latest run that reconciled something (succeeded or partial): ``(started_at, poll_time)``."""
+    rows = store.query(
+        "SELECT started_at, poll_time FROM sync_runs WHERE cloud = %s AND status IN ('succeeded', 'partial') "
+        "ORDER BY started_at DESC LIMIT 1", [cloud])
+    return (rows[0][0], rows[0][1]) if rows else None
+
+
+def arrived_late(store: Store, key: tuple[str, str, str], received_after: datetime, occurred_by: datetime) -> bool:
+    """Whether the resource has a collector event stored after ``received_after`` that occurred at or before
+    ``occurred_by``: history a sync that started at the first and polled at the second could not see."""
+    where, params = store.resource_events_filter(key)
+    return bool(store.query(
+        f"SELECT 1 FROM events WHERE {where} AND source = 'collector' AND received_at > %s AND occurred_at <= %s "
+        "LIMIT 1", [*params, received_after, occurred_by]))
+
+
 def reconciled_run_counts(store: Store) -> dict[str, int]:
     """Per cloud, how many runs reconciled something (succeeded or partial): drift_high's warm-up."""
     return {c: int(n) for c, n in store.query(

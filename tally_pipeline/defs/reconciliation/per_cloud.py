@@ -77,6 +77,7 @@ def reconcile_partitions(context: dg.AssetExecutionContext, store: TallyStore, a
             "recovered": run.recovered, "deferred": run.deferred,
             "poll_time": format_rfc3339(poll_time), "run_key": run_key, "sync_run_id": run.run_id,
             "drift": dg.MetadataValue.text(f"{(run.drift or 0.0):.2%}"), "live_before": run.live_before,
+            "late": run.late,  # corrections that settled late deliveries: not in drift (docs/reconciliation.md)
             "per_type": md_table(header, rows),
         })
         context.add_asset_metadata(asset_key="sync_deferrals", partition_key=cloud, metadata={

@@ -215,7 +215,8 @@ class AlertSettings(_Strict):
 class AnalyticsSettings(_Strict):
     """Parquet snapshots of the asset tables, for analysts of an embedded DuckDB database."""
 
-    snapshots: bool = Field(default=True, description="write a snapshot after each projection and posting run (DuckDB)")
+    snapshots: bool = Field(default=True, description="write a snapshot at the end of every run that writes the asset tables "
+                                                       "(DuckDB)")
     snapshot_dir: Path | None = Field(default=None, description="default: snapshot/ beside the DuckDB file")
 
 

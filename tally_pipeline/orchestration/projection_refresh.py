@@ -4,6 +4,7 @@ Those refreshes are reported as materializations of the projection assets, so "m
 always the last real write.
 """
 
+from collections.abc import Mapping
 from typing import Any
 
 import dagster as dg
@@ -33,10 +34,11 @@ def projection_metadata(db: StoreReads, result: RefreshResult | None, by: str) -
 
 
 def report_refresh(context: dg.AssetExecutionContext, db: StoreReads, result: RefreshResult | None,
-                   by: str) -> None:
-    """Record a refresh made inside another asset's body as materializations of the projection assets."""
+                   by: str, extra: Mapping[str, Any] | None = None) -> None:
+    """Record a refresh made inside another asset's body as materializations of the projection assets
+    (``extra``: more metadata for each, e.g. the analyst snapshot the run wrote after the refresh)."""
     for key, metadata in projection_metadata(db, result, by).items():
-        context.log_event(dg.AssetMaterialization(asset_key=key, metadata=metadata))
+        context.log_event(dg.AssetMaterialization(asset_key=key, metadata={**metadata, **(extra or {})}))
 
 
 def refresh_and_report(context: dg.AssetExecutionContext, db: TallyStore, by: str) -> RefreshResult:

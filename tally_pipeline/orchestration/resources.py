@@ -171,6 +171,17 @@ class TallyStore(_RuntimeClient):
             return None
         return write_snapshot(rt.store, settings.snapshot_dir)
 
+    def analyst_snapshot_dir(self) -> tuple[Path, datetime | None] | None:
+        """Where the analyst snapshot is kept and when it was taken (None: snapshots off, or not DuckDB)."""
+        from tally_pipeline.store.snapshot import default_snapshot_dir, snapshot_written_at, takes_snapshots
+
+        rt = self._rt()
+        settings = rt.config.analytics
+        if not settings.snapshots or not takes_snapshots(rt.store):
+            return None
+        directory = settings.snapshot_dir or default_snapshot_dir(rt.store)
+        return directory, snapshot_written_at(directory)
+
     # -- reads
 
     def alert_conditions(self, now: datetime) -> dict[str, Condition]:

@@ -18,10 +18,12 @@ from pathlib import Path
 from tally_pipeline.store.base import Store, StoreError
 from tally_pipeline.store.duckdb.store import DuckDBStore
 
-#: The tables analysts read (docs/data-dictionary.md), in the order they are written.
+#: The tables analysts read (docs/data-dictionary.md), in the order they are written: every asset table
+#: of the Dagster catalog (a test holds the two equal).
 SNAPSHOT_TABLES = (
-    "events", "rejected_events", "current_resources", "resource_intervals", "sync_runs", "sync_deferrals",
-    "usage_daily", "usage_checkpoints", "ledger_postings",
+    "events", "cloud_activity", "rejected_events", "current_resources", "resource_intervals", "projection_state",
+    "sync_runs", "sync_deferrals", "usage_daily", "usage_checkpoints", "ledger_postings", "ledger_cycles",
+    "ledger_skips",
 )
 MANIFEST = "_snapshot.json"
 
@@ -73,6 +75,15 @@ def write_snapshot(store: Store, directory: Path | None = None, tables: tuple[st
     partial.write_text(json.dumps(manifest, indent=2) + "\n")
     os.replace(partial, directory / MANIFEST)
     return Snapshot(directory, written_at, rows)
+
+
+def snapshot_written_at(directory: Path) -> datetime | None:
+    """When the snapshot in ``directory`` was taken (its manifest), None when there is none."""
+    try:
+        manifest = json.loads((directory / MANIFEST).read_text())
+        return datetime.fromisoformat(str(manifest["written_at"]).replace("Z", "+00:00"))
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
 
 
 def _quoted(path: Path) -> str:

@@ -559,3 +559,70 @@ def test_landing_writes_are_credited_to_the_landing_run_and_automation_adds_no_e
     requested, _ = automation_tick(defs, instance, cursor)
     assert {"current_resources", "resource_intervals", "projection_state"} <= set(requested)
     assert not set(requested) & {"event_log", "cloud_activity", "dead_letter"}, requested
+
+
+def snapshot_tick(defs, instance) -> dg.AssetCheckEvaluation:
+    """One tick of analyst_snapshot_sensor, recorded as the daemon records it."""
+    with dg.build_sensor_context(instance=instance, repository_def=defs.get_repository_def(),
+                                 resources={"store": defs.resources["store"]}) as context:
+        result = defs.resolve_sensor_def("analyst_snapshot_sensor").evaluate_tick(context)
+    [evaluation] = result.asset_events
+    instance.report_runless_asset_event(evaluation)
+    assert result.skip_message.startswith("evaluated 1 check (analyst_snapshot_current)")
+    return evaluation
+
+
+def test_every_writing_run_refreshes_the_whole_snapshot_and_a_stale_one_is_red(setup, store_url) -> None:
+    import polars as pl
+
+    from tally_pipeline.orchestration.catalog import TABLES
+    from tally_pipeline.store.snapshot import SNAPSHOT_TABLES
+
+    assert set(SNAPSHOT_TABLES) == set(TABLES.values())  # every asset table the catalog lists
+    defs, rt, landing, instance = setup["defs"], setup["rt"], setup["landing"], setup["instance"]
+    if not store_url.startswith("duckdb"):  # Postgres: analysts read the tables; there is nothing to keep current
+        evaluation = snapshot_tick(defs, instance)
+        assert evaluation.passed and evaluation.metadata["state"].value == "off"
+        return
+    folder = Path(store_url.removeprefix("duckdb://")).parent / "snapshot"
+    # A landing run: the snapshot holds its events, and every materialization it reports says where and when.
+    (landing / "2026-03-01").mkdir()
+    (landing / "2026-03-01" / "batch.jsonl").write_text(
+        "\n".join(json.dumps(vol_event(f"l{i}", f"v{i}", "create", T0)) for i in range(2)) + "\n")
+    landed = defs.resolve_job_def("landing_files").execute_in_process(partition_key="2026-03-01", instance=instance)
+    assert landed.success
+    for key in ("raw_event_batches", "event_log", "cloud_activity"):
+        [meta] = materializations(landed, key)
+        assert meta["analyst_snapshot"] == str(folder) and meta["analyst_snapshot_written_at"] > 0
+    assert {p.name for p in folder.iterdir()} == {f"{t}.parquet" for t in SNAPSHOT_TABLES} | {"_snapshot.json"}
+    assert pl.read_parquet(folder / "events.parquet").height == 2
+    assert pl.read_parquet(folder / "cloud_activity.parquet").height == 1
+    assert snapshot_tick(defs, instance).passed
+    # An API write, recorded by api_writes_sensor, is not in the snapshot: red, naming what it lacks.
+    Ingestor(rt.store, rt.registry).ingest([vol_event("a1", "v9", "create", T0)], origin="api")
+    with dg.build_sensor_context(instance=instance, repository_def=defs.get_repository_def(),
+                                 resources={"store": defs.resources["store"]}) as context:
+        for event in defs.resolve_sensor_def("api_writes_sensor").evaluate_tick(context).asset_events:
+            instance.report_runless_asset_event(event)
+    stale = snapshot_tick(defs, instance)
+    assert not stale.passed and stale.severity == dg.AssetCheckSeverity.ERROR
+    assert "event_log" in stale.metadata["behind"].value and "is older than" in stale.description
+    # A sync writes it again (sync_runs, the projection it re-folded, its events): green again.
+    setup["view"].records_by_type["volume"] = [volume("v0"), volume("v1"), volume("v9"), volume("v5")]
+    synced = defs.resolve_job_def("reconciliation").execute_in_process(partition_key="c1", instance=instance)
+    assert synced.success
+    for key in ("sync_runs", "event_log", "current_resources", "projection_state"):
+        assert materializations(synced, key)[-1]["analyst_snapshot"] == str(folder)
+    assert pl.read_parquet(folder / "sync_runs.parquet").height == 1
+    assert pl.read_parquet(folder / "projection_state.parquet").height >= 1
+    assert snapshot_tick(defs, instance).passed
+    # A posting cycle: the ledger's tables, cycles and skips included.
+    posted = defs.resolve_job_def("delta_posting").execute_in_process(
+        instance=instance, tags={"tally/now": (T0 + timedelta(days=1)).isoformat()})
+    assert posted.success
+    assert pl.read_parquet(folder / "ledger_cycles.parquet").height == 1
+    assert pl.read_parquet(folder / "ledger_postings.parquet").height == 1
+    for key in ("ledger_postings", "ledger_cycles", "ledger_skips", "usage_checkpoints"):
+        assert materializations(posted, key)[0]["analyst_snapshot"] == str(folder)
+    assert snapshot_tick(defs, instance).passed
+    assert not [p for p in folder.iterdir() if p.name.endswith(".partial")]  # each file replaced whole

@@ -1,6 +1,9 @@
 """The landing-file batches (daily partitions), built by ``definitions.py`` when the code location loads:
 the partitions start at the config's ``first_day``."""
 
+from collections.abc import Mapping
+from typing import Any
+
 import dagster as dg
 
 from tally_pipeline.defs.ingest.landing_folders import landing_files
@@ -8,6 +11,7 @@ from tally_pipeline.orchestration.alert_states import report
 from tally_pipeline.orchestration.failures import cause_first
 from tally_pipeline.orchestration.metadata import md_table
 from tally_pipeline.orchestration.resources import TallyStore
+from tally_pipeline.orchestration.snapshot import write_analyst_snapshot
 from tally_pipeline.orchestration.table_metadata import (
     cloud_activity_metadata,
     dead_letter_metadata,
@@ -64,7 +68,11 @@ def raw_event_batches_asset(partitions: dg.DailyPartitionsDefinition) -> dg.Asse
                     "rejected_by_reason": dg.MetadataValue.json(reasons),
                     "files_preview": md_table(["file", "items", "stored", "duplicates", "rejected", "error"], rows[:50]),
                 })
-            record_writes(context, store, events, rejected, f"landing_files ({', '.join(context.partition_keys)})")
+            snapshot = write_analyst_snapshot(context, store)  # what the files wrote, before any stop fails the run
+            for day in context.partition_keys:
+                context.add_asset_metadata(partition_key=day, metadata=snapshot)
+            record_writes(context, store, events, rejected, f"landing_files ({', '.join(context.partition_keys)})",
+                          snapshot)
             if stopped:
                 # What was read before each stop is stored (and its refusals dead-lettered, its writes recorded
                 # above); the run still fails, so a truncated or refused file is never a success.
@@ -74,12 +82,17 @@ def raw_event_batches_asset(partitions: dg.DailyPartitionsDefinition) -> dg.Asse
     return raw_event_batches
 
 
-def record_writes(context: dg.AssetExecutionContext, store: TallyStore, events: int, rejected: int, by: str) -> None:
+def record_writes(context: dg.AssetExecutionContext, store: TallyStore, events: int, rejected: int, by: str,
+                  snapshot: Mapping[str, Any] | None = None) -> None:
     """Record what this run wrote into the ingest tables as their materializations (so the api_writes
-    sensor does not credit them to the API, and automation need not start a run to record them)."""
+    sensor does not credit them to the API, and automation need not start a run to record them);
+    ``snapshot``: the analyst snapshot's metadata, when the run wrote one after these writes."""
+    extra = dict(snapshot or {})
     if store.event_count() != events:
-        context.log_event(dg.AssetMaterialization("event_log", metadata={**event_log_metadata(store), "written_by": by}))
-        context.log_event(dg.AssetMaterialization("cloud_activity", metadata=cloud_activity_metadata(store)))
+        context.log_event(dg.AssetMaterialization("event_log", metadata={**event_log_metadata(store), "written_by": by,
+                                                                         **extra}))
+        context.log_event(dg.AssetMaterialization("cloud_activity", metadata={**cloud_activity_metadata(store), **extra}))
         report(context, store, ["events_silent"])
     if store.rejected_count() != rejected:
-        context.log_event(dg.AssetMaterialization("dead_letter", metadata={**dead_letter_metadata(store), "written_by": by}))
+        context.log_event(dg.AssetMaterialization("dead_letter", metadata={**dead_letter_metadata(store), "written_by": by,
+                                                                           **extra}))

@@ -107,16 +107,16 @@ def delta_posting_cycle(context: dg.AssetExecutionContext, ledger: Ledger, clock
                                        [[m, u["intervals"], u["billed"]] for m, u in result.unknown_status.items()]),
         })
         yield dg.MaterializeResult(asset_key="ledger_cycles", metadata={
-            "cycle_id": result.cycle_id, "entities_posted": len(result.posted),
+            **snapshot, "cycle_id": result.cycle_id, "entities_posted": len(result.posted),
             "entities_skipped": len(result.skipped), "entities_with_excluded_intervals": len(result.excluded),
         })
         yield dg.MaterializeResult(asset_key="ledger_skips", metadata={
-            "cycle_id": result.cycle_id, "dagster/row_count": len(result.skipped) + len(result.excluded),
+            **snapshot, "cycle_id": result.cycle_id, "dagster/row_count": len(result.skipped) + len(result.excluded),
             "examples": md_table(["cloud", "project", "meter", "reason"],
                                  [[x.cloud, x.project_id, x.meter, x.reason] for x in (result.skipped + result.excluded)[:10]]),
         })
         yield dg.MaterializeResult(asset_key="usage_checkpoints", metadata={
-            "entities": result.entities, "unchanged": result.unchanged, "already_posted": result.already_posted,
+            **snapshot, "entities": result.entities, "unchanged": result.unchanged, "already_posted": result.already_posted,
         })
         yield dg.AssetCheckResult(asset_key="ledger_postings", check_name="postings_match_usage",
                                   **postings_match_usage(ledger.verify()))

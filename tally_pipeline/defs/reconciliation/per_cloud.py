@@ -17,6 +17,7 @@ from tally_pipeline.orchestration.metadata import md_table
 from tally_pipeline.orchestration.partitions import cloud_partitions
 from tally_pipeline.orchestration.projection_refresh import report_refresh
 from tally_pipeline.orchestration.resources import AdapterSource, Clock, TallyStore
+from tally_pipeline.orchestration.snapshot import write_analyst_snapshot
 from tally_pipeline.orchestration.table_metadata import cloud_activity_metadata, event_log_metadata
 from tally_pipeline.orchestration.tags import CLOUD, POLL_TIME, POOL, RUN_KEY, SYNC_RUN_ID, SYNC_STATUS
 
@@ -84,14 +85,21 @@ def reconcile_partitions(context: dg.AssetExecutionContext, store: TallyStore, a
             "dagster/row_count": run.deferred, "sync_run_id": run.run_id,
             "by_reason": dg.MetadataValue.json(run.deferrals_by_reason()),
         })
+    # The analyst snapshot holds what the syncs wrote; each materialization this run reports says so.
+    snapshot = write_analyst_snapshot(context, store)
+    for cloud, status in statuses.items():
+        if status != "failed":
+            context.add_asset_metadata(asset_key="sync_runs", partition_key=cloud, metadata=snapshot)
+            context.add_asset_metadata(asset_key="sync_deferrals", partition_key=cloud, metadata=snapshot)
     # The sync wrote events and re-folded the projection inside its body: record both.
     wrote_events = store.event_count() != events
     if wrote_events:
         context.log_event(dg.AssetMaterialization(asset_key="event_log", metadata={
-            **event_log_metadata(store), "written_by": f"sync_runs ({', '.join(context.partition_keys)})"}))
-        context.log_event(dg.AssetMaterialization(asset_key="cloud_activity", metadata=cloud_activity_metadata(store)))
+            **event_log_metadata(store), "written_by": f"sync_runs ({', '.join(context.partition_keys)})", **snapshot}))
+        context.log_event(dg.AssetMaterialization(asset_key="cloud_activity",
+                                                  metadata={**cloud_activity_metadata(store), **snapshot}))
     if store.projection_watermark() != watermark:
-        report_refresh(context, store, None, f"sync_runs ({', '.join(context.partition_keys)})")
+        report_refresh(context, store, None, f"sync_runs ({', '.join(context.partition_keys)})", snapshot)
     # Every sync changes what the sync checks see: report them in this run, next to its materialization.
     report(context, store, [*SYNC_CHECKS, *(["events_silent"] if wrote_events else [])])
     # The run list shows each sync's outcome as a tag (filterable: tally/sync_status=partial).

@@ -4,12 +4,14 @@ import dagster as dg
 
 from tally_pipeline.core.timeutil import to_utc
 from tally_pipeline.orchestration.resources import Clock, TallyStore
+from tally_pipeline.orchestration.snapshot import write_analyst_snapshot
 
 
 @dg.op(description="Delete dead-letter rows last received more than dead_letter.retention_days ago.")
 def purge_dead_letter_op(context: dg.OpExecutionContext, store: TallyStore, clock: dg.ResourceParam[Clock]) -> int:
     result = store.purge_dead_letter(to_utc(clock.now()))
-    context.add_output_metadata({"deleted": result.deleted, "cutoff": result.as_json()["cutoff"]})
+    snapshot = write_analyst_snapshot(context, store) if result.deleted else {}  # rejected_events changed
+    context.add_output_metadata({"deleted": result.deleted, "cutoff": result.as_json()["cutoff"], **snapshot})
     context.log.info(f"dead letter: {result.deleted} rows received before {result.as_json()['cutoff']} deleted")
     return result.deleted
 

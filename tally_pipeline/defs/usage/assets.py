@@ -11,6 +11,7 @@ from tally_pipeline.orchestration.failures import cause_first
 from tally_pipeline.orchestration.metadata import md_table
 from tally_pipeline.orchestration.projection_refresh import refresh_and_report
 from tally_pipeline.orchestration.resources import Clock, TallyStore
+from tally_pipeline.orchestration.snapshot import write_analyst_snapshot
 from tally_pipeline.orchestration.tags import POOL
 
 
@@ -34,6 +35,7 @@ def usage_daily_asset(partitions: dg.DailyPartitionsDefinition) -> dg.AssetsDefi
             result = store.recompute_usage_daily(first, last, through=clock.now())
             context.log.info(f"usage_daily {first}..{last}: {result.rows} rows, {len(result.skipped)} skipped")
             # A range backfill is one run but one materialization per day: each carries its own day's figures.
+            snapshot = write_analyst_snapshot(context, store)
             by_day = store.usage_totals_by_day(first, last)
             skipped: dict[date, int] = {}
             for s in result.skipped:
@@ -42,6 +44,7 @@ def usage_daily_asset(partitions: dg.DailyPartitionsDefinition) -> dg.AssetsDefi
                 day = date.fromisoformat(key)
                 totals = by_day.get(day, {"rows": 0, "meters": {}})
                 context.add_asset_metadata(partition_key=key, metadata={
+                    **snapshot,
                     "dagster/row_count": totals["rows"],
                     "day": key,
                     # the day in progress is not complete: its figures grow until the nightly run after it

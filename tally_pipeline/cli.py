@@ -1,4 +1,5 @@
-"""The ``tally`` command. Every command takes ``--config FILE`` (or ``$TALLY_CONFIG``) and ``--database URL`` (or ``$TALLY_DATABASE``)."""
+"""The ``tally`` command. Every command that reads the config or database takes ``--config FILE`` (or
+``$TALLY_CONFIG``) and ``--database URL`` (or ``$TALLY_DATABASE``), before the command name or after it."""
 
 from __future__ import annotations
 
@@ -20,14 +21,15 @@ from tally_pipeline.commands import (
     soak,
     sync,
 )
-from tally_pipeline.commands._options import with_runtime
+from tally_pipeline.commands._options import global_options, with_runtime
 from tally_pipeline.redaction import redact_unconfigured_logging
 from tally_pipeline.runtime import Runtime
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(package_name="tally-pipeline")
-def main() -> None:
+@global_options
+def main(config_path: str | None, database: str | None) -> None:
     """tally: usage metering for clouds — events, reconciliation, projections and a convergent ledger."""
     redact_unconfigured_logging()
 

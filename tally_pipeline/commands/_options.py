@@ -8,6 +8,7 @@ from collections.abc import Callable
 from typing import Any
 
 import click
+from click.core import ParameterSource
 
 from tally_pipeline.config import ConfigError
 from tally_pipeline.core.registry import RegistryError
@@ -16,8 +17,30 @@ from tally_pipeline.runtime import Runtime
 from tally_pipeline.store import StoreError
 
 
+def shared(name: str, own: Any) -> Any:
+    """The value of a shared option (``config_path``, ``database``): the command's own when given on its
+    command line, else the one given before the command (``tally --database URL db migrate``), else the
+    command's own from its environment variable or default."""
+    ctx = click.get_current_context()
+    if ctx.get_parameter_source(name) == ParameterSource.COMMANDLINE:
+        return own
+    root = ctx.find_root()
+    if root is not ctx and root.get_parameter_source(name) == ParameterSource.COMMANDLINE:
+        return root.params.get(name)
+    return own
+
+
+def global_options(group: Callable[..., Any]) -> Callable[..., Any]:
+    """``--config`` and ``--database`` on the ``tally`` group itself, for every command that reads them."""
+    group = click.option("--database", help="Database URL for the command (as its own --database; the command's "
+                                            "own, if given too, wins).")(group)
+    return click.option("--config", "config_path", type=click.Path(dir_okay=False),
+                        help="Configuration file (YAML) for the command (as its own --config).")(group)
+
+
 def with_runtime(command: Callable[..., Any]) -> Callable[..., Any]:
-    """Add ``--config`` and ``--database`` to a command and pass it a ``Runtime`` as ``rt``.
+    """Add ``--config`` and ``--database`` to a command and pass it a ``Runtime`` as ``rt`` (given before
+    the command, on the ``tally`` group, they apply too: ``shared``).
 
     Configuration and store errors become one clear line on stderr and exit status 2.
     """
@@ -33,6 +56,7 @@ def with_runtime(command: Callable[..., Any]) -> Callable[..., Any]:
                   help="Database URL (duckdb://PATH or postgresql://…); overrides the config file. Default: $TALLY_DATABASE.")
     @functools.wraps(command)
     def wrapper(*args: Any, config_path: str | None, database: str | None, **kwargs: Any) -> Any:
+        config_path, database = shared("config_path", config_path), shared("database", database)
         try:
             rt = Runtime.load(config_path, database=database)
         except (ConfigError, RegistryError) as exc:

@@ -154,7 +154,9 @@ def collect_openstack(config_path: str | None, log_level: str, **given: Any) -> 
 
     _logging(log_level)
     given["service_exchanges"] = _pairs(given.get("service_exchanges") or ())
-    s, clouds = _settings(config_path, given)
+    from tally_pipeline.commands._options import shared
+
+    s, clouds = _settings(shared("config_path", config_path), given)
     try:
         broker = broker_of(s.transport_url, password=os.environ.get(PASSWORD_ENV))
     except TransportURLError as exc:

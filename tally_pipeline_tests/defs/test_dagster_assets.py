@@ -626,3 +626,27 @@ def test_every_writing_run_refreshes_the_whole_snapshot_and_a_stale_one_is_red(s
         assert materializations(posted, key)[0]["analyst_snapshot"] == str(folder)
     assert snapshot_tick(defs, instance).passed
     assert not [p for p in folder.iterdir() if p.name.endswith(".partial")]  # each file replaced whole
+
+
+def test_runs_wait_for_the_database_pool_in_the_queue_and_every_step_opening_it_is_in_it(setup, tmp_path) -> None:
+    """The shipped instance holds a run that needs the tally_db pool in the queue (granularity run: the UI's
+    queue criteria name the pool) and every asset step that opens the database is in that pool."""
+    import shutil
+
+    from dagster._core.instance.config import PoolGranularity
+
+    for shipped, limit in (("embedded", 1), ("dagster", 4)):
+        home = tmp_path / shipped
+        home.mkdir()
+        text = (Path(__file__).resolve().parents[2] / "deploy" / shipped / "dagster.yaml").read_text()
+        if shipped == "dagster":  # its storage is Postgres from the environment: keep only its concurrency block
+            text = "concurrency:" + text.split("\nconcurrency:", 1)[1].split("\n\n", 1)[0] + "\n"
+        (home / "dagster.yaml").write_text(text)
+        with dg.DagsterInstance.from_config(str(home)) as instance:
+            pools = instance.get_concurrency_config().pool_config
+        assert (pools.pool_granularity, pools.default_pool_limit) == (PoolGranularity.RUN, limit)
+    opening = {"store", "ledger"}
+    for asset in setup["defs"].assets:
+        if isinstance(asset, dg.AssetsDefinition) and asset.required_resource_keys & opening:
+            for spec in asset.specs:
+                assert asset.op.pool == "tally_db", spec.key

@@ -11,6 +11,7 @@ from tally_pipeline.orchestration.table_metadata import (
     dead_letter_metadata,
     event_log_metadata,
 )
+from tally_pipeline.orchestration.tags import POOL
 
 
 @dg.multi_asset(
@@ -33,6 +34,7 @@ from tally_pipeline.orchestration.table_metadata import (
             ),
         ),
     ],
+    pool=POOL,  # it opens the database (an embedded file: one process at a time)
 )
 def event_log(context: dg.AssetExecutionContext, store: TallyStore):
     with cause_first():  # the run failure leads with the cause (orchestration/failures.py)
@@ -46,6 +48,7 @@ def event_log(context: dg.AssetExecutionContext, store: TallyStore):
     deps=["raw_event_batches"],
     automation_condition=RECORDED_BY_WRITERS,
     description="The dead letter (table rejected_events): every refused item or body, with its reason and raw form.",
+    pool=POOL,
 )
 def dead_letter(store: TallyStore) -> dg.MaterializeResult:
     with cause_first():  # the run failure leads with the cause (orchestration/failures.py)

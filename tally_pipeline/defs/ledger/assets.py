@@ -43,6 +43,7 @@ def postings_match_usage(result: Any) -> dict[str, Any]:
                                    description="Every entity's postings sum to its checkpoint (else ERROR: blocks posting), and "
                                                "the latest cycle skipped or excluded nothing (else WARN).")],
     description="Verifies the ledger before a posting cycle; its blocking check stops the cycle if postings do not add up.",
+    pool=POOL,
 )
 def ledger_audit(context: dg.AssetExecutionContext, ledger: Ledger):
     with cause_first():  # the run failure leads with the cause (orchestration/failures.py)

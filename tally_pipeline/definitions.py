@@ -79,7 +79,8 @@ def build_definitions(
     assets: list[Any] = _unique(found.assets)
     return dg.Definitions(
         # (Definitions.map_asset_specs would do this too, but is a preview API in dagster 1.13)
-        assets=dg.map_asset_specs(policy, assets),
+        # code references: each asset's source file and line, shown in the catalog
+        assets=dg.with_source_code_references(dg.map_asset_specs(policy, assets)),
         asset_checks=_unique(found.asset_checks),
         jobs=_unique(found.jobs),
         schedules=_unique(found.schedules),

@@ -86,7 +86,15 @@ def evaluation(state: CheckState) -> dg.AssetCheckEvaluation:
 
 
 def report(context: dg.AssetExecutionContext, db: StoreReads, keys: Sequence[str]) -> None:
-    """Record the checks' current state in this run (call it after the asset's materialization)."""
-    for state in states(db, keys):
+    """Record the checks' current state in this run (call it after the asset's materialization), except
+    those the run evaluates as steps of their own (the UI's Materialize selects an asset's checks too):
+    each check is evaluated once per run."""
+    # the checks this run executes as steps: those of its job (a subset job, for the UI's selection)
+    # that the run selected (None: all of them)
+    in_job = {k for data in context.job_def.asset_layer.data for k in data.assets_def.check_keys}
+    chosen = context.run.asset_check_selection
+    selected = {(k.asset_key.to_user_string(), k.name) for k in (in_job if chosen is None else in_job & set(chosen))}
+    keys = [k for k in keys if (ALERTS[k][0], ALERTS[k][1]) not in selected]
+    for state in states(db, keys) if keys else []:
         context.log_event(evaluation(state))
 

@@ -37,6 +37,10 @@ def graph_of(defs: dg.Definitions) -> dict[str, Any]:
             "kinds": sorted(node.kinds),
             "automation": _condition(node.automation_condition),
             "checks": sorted(c.name for c in node.check_keys),
+            "owners": list(node.owners),
+            "freshness_fail_window": (str(node.freshness_policy.fail_window.to_timedelta())
+                                      if node.freshness_policy is not None else None),
+            "code_reference": "dagster/code_references" in node.metadata,
             "partitions": type(node.partitions_def).__name__ if node.partitions_def else None,
             # a cloud's partitions are its name (daily ones depend on today, so only static keys)
             "partition_keys": (list(node.partitions_def.get_partition_keys())

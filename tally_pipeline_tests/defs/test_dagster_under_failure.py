@@ -264,3 +264,15 @@ def test_daily_partitions_start_at_the_configured_first_day(location, tmp_path) 
     default = location(write_config(tmp_path, GOOD))  # default: ledger.window_days (35) before today
     expected = (datetime.now(UTC).date() - timedelta(days=35)).isoformat()
     assert default.get_job("usage_daily_job").partitions_def.get_first_partition_key() == expected
+
+
+def test_materializing_sync_runs_from_the_ui_evaluates_each_check_once(location, tmp_path) -> None:
+    repo = location(write_config(tmp_path, GOOD))
+    ui_job = repo.get_implicit_global_asset_job_def()  # the UI's Materialize: the asset and its checks
+    run = ui_job.execute_in_process(partition_key="demo-a", instance=dg.DagsterInstance.ephemeral(),
+                                    asset_selection=[dg.AssetKey("sync_runs"), dg.AssetKey("sync_deferrals")])
+    assert run.success
+    evaluated = [e.event_specific_data.check_name for e in run.all_events
+                 if e.event_type_value == "ASSET_CHECK_EVALUATION"]
+    assert {"sync_stale", "sync_errors", "drift_high", "service_events_silent"} <= set(evaluated)
+    assert sorted(evaluated) == sorted(set(evaluated)), evaluated  # each once

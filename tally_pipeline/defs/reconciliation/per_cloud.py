@@ -135,8 +135,8 @@ def reconciliation_defs(clouds: list[str]) -> dg.Definitions:
                 deps=["current_resources", "resource_intervals"],  # the diff reads the projection
                 description=(
                     "One reconciliation run per cloud partition: list the platform, diff against the projection, "
-                    "write sync.* corrections through the ingest core (recorded as a materialization of event_log and of "
-                    "a materialization of the projections it re-folds), record sync_runs and sync_deferrals "
+                    "write sync.* corrections through the ingest core (recorded as materializations of event_log and of "
+                    "the projections it re-folds), record sync_runs and sync_deferrals "
                     "(docs/reconciliation.md). The run key and poll time come from the schedule's tick."
                 ),
             ),

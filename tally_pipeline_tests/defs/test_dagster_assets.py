@@ -631,7 +631,6 @@ def test_every_writing_run_refreshes_the_whole_snapshot_and_a_stale_one_is_red(s
 def test_runs_wait_for_the_database_pool_in_the_queue_and_every_step_opening_it_is_in_it(setup, tmp_path) -> None:
     """The shipped instance holds a run that needs the tally_db pool in the queue (granularity run: the UI's
     queue criteria name the pool) and every asset step that opens the database is in that pool."""
-    import shutil
 
     from dagster._core.instance.config import PoolGranularity
 

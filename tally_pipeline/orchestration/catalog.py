@@ -48,7 +48,10 @@ def catalog_policy(dialect: str, providers: set[str]) -> Callable[[dg.AssetSpec]
     def apply(spec: dg.AssetSpec) -> dg.AssetSpec:
         name = spec.key.to_user_string()
         table = TABLES.get(name)
-        kinds = {k for k in spec.kinds if k not in ("duckdb", "postgres", "python")} | ({dialect} if table else set())
+        # a table's kind is its database; an asset that is no table keeps what it declares (json), else it
+        # is a computation (ledger_audit: a verification): python
+        kinds = {k for k in spec.kinds if k not in ("duckdb", "postgres", "python")}
+        kinds = kinds | {dialect} if table else (kinds or {"python"})
         if name in PLATFORM_ASSETS:
             kinds |= providers
         spec = spec.replace_attributes(kinds=kinds, owners=list(OWNERS))

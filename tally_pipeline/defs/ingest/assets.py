@@ -6,6 +6,7 @@ from tally_pipeline.orchestration.alert_states import report
 from tally_pipeline.orchestration.conditions import RECORDED_BY_WRITERS
 from tally_pipeline.orchestration.failures import cause_first
 from tally_pipeline.orchestration.resources import TallyStore
+from tally_pipeline.orchestration.snapshot import write_analyst_snapshot
 from tally_pipeline.orchestration.table_metadata import (
     cloud_activity_metadata,
     dead_letter_metadata,
@@ -38,8 +39,9 @@ from tally_pipeline.orchestration.tags import POOL
 )
 def event_log(context: dg.AssetExecutionContext, store: TallyStore):
     with cause_first():  # the run failure leads with the cause (orchestration/failures.py)
-        yield dg.MaterializeResult(asset_key="event_log", metadata=event_log_metadata(store))
-        yield dg.MaterializeResult(asset_key="cloud_activity", metadata=cloud_activity_metadata(store))
+        snapshot = write_analyst_snapshot(context, store)  # what it records (the API's writes) reaches analysts
+        yield dg.MaterializeResult(asset_key="event_log", metadata={**event_log_metadata(store), **snapshot})
+        yield dg.MaterializeResult(asset_key="cloud_activity", metadata={**cloud_activity_metadata(store), **snapshot})
         report(context, store, ["events_silent"])
 
 
@@ -50,6 +52,7 @@ def event_log(context: dg.AssetExecutionContext, store: TallyStore):
     description="The dead letter (table rejected_events): every refused item or body, with its reason and raw form.",
     pool=POOL,
 )
-def dead_letter(store: TallyStore) -> dg.MaterializeResult:
+def dead_letter(context: dg.AssetExecutionContext, store: TallyStore) -> dg.MaterializeResult:
     with cause_first():  # the run failure leads with the cause (orchestration/failures.py)
-        return dg.MaterializeResult(metadata=dead_letter_metadata(store))
+        snapshot = write_analyst_snapshot(context, store)
+        return dg.MaterializeResult(metadata={**dead_letter_metadata(store), **snapshot})

@@ -86,6 +86,10 @@ def build_definitions(
         schedules=_unique(found.schedules),
         sensors=_unique(found.sensors),
         resources=resources or location_resources(described),
+        # One process per run, not one more per step: a run's steps that write the database go one at a
+        # time anyway (the tally_db pool), and a step process re-imports Dagster and the code location,
+        # which was most of a run's time (docs/operations.md, "Why a run waits").
+        executor=dg.in_process_executor,
     )
 
 

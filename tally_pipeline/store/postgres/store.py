@@ -130,7 +130,11 @@ if not any(isinstance(f, _OneLinePerOutage) for f in _pool_logger.filters):
 
 
 def _target(url: str) -> str:
-    info = conninfo_to_dict(url)
+    """``host:port/dbname`` of a URL (never its credentials); a URL libpq cannot parse is named as such."""
+    try:
+        info = conninfo_to_dict(url)
+    except psycopg.Error:
+        return "(an unparseable URL)"
     return f"{info.get('host', 'localhost')}:{info.get('port', 5432)}/{info.get('dbname', '')}"
 
 

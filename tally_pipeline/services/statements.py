@@ -146,3 +146,8 @@ def read_statement(store: Store, cloud: str, month: date, *, project_id: str | N
                          statements.lines(uow, cloud, month, project_id=project_id, latest_only=not versions))
 
     return store.run(read)
+
+
+def clouds_to_state(store: Store) -> list[str]:
+    """The clouds with usage or a ledger: each has its statement of a month (configured or not any more)."""
+    return store.run(statements.clouds_with_usage)

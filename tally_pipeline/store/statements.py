@@ -161,3 +161,9 @@ def stated_months(uow: UnitOfWork, cloud: str | None = None) -> list[StatedMonth
 def projection_watermark(uow: UnitOfWork) -> int:
     """The projection's watermark in this transaction's snapshot: the history the month's usage is read at."""
     return int(uow.fetchall("SELECT watermark FROM projection_state WHERE name = 'resources'")[0][0])
+
+
+def clouds_with_usage(uow: UnitOfWork) -> list[str]:
+    """The clouds a month may be stated for: those with a lifecycle or a ledger checkpoint."""
+    return [c for (c,) in uow.fetchall(
+        "SELECT cloud FROM resource_intervals UNION SELECT cloud FROM usage_checkpoints ORDER BY 1")]

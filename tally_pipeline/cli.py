@@ -19,6 +19,7 @@ from tally_pipeline.commands import (
     snapshot,
     soak,
     sync,
+    usage,
 )
 from tally_pipeline.commands._options import with_runtime
 from tally_pipeline.redaction import redact_unconfigured_logging
@@ -66,7 +67,8 @@ GROUPS: dict[str, tuple[str, tuple[click.Command, ...]]] = {
     "dead-letter": ("The dead letter (rejected_events).", (dead_letter.purge,)),
     "ledger": ("The usage ledger: postings and checkpoints.", (ledger.verify_command,)),
     "openstack": ("OpenStack clouds: credentials and scope.", (openstack.check,)),
-    "usage": ("Usage computed from the lifecycles.", (ledger.daily_command,)),
+    "usage": ("Usage computed from the lifecycles, and monthly statements.",
+              (ledger.daily_command, usage.show, usage.state)),
 }
 for name, (help_text, members) in GROUPS.items():
     group = click.Group(name, help=help_text)

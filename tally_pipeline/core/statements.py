@@ -62,6 +62,7 @@ class LedgerState:
     deferrals: int  # reconciliation deferrals of the cloud's latest finished run
     reconciled_at: datetime | None  # when the cloud's latest finished reconciliation run began (None: never)
     ever_reconciled: bool  # the cloud has reconciliation runs at all
+    month_used: bool = True  # the cloud's lifecycles hold usage dated in the month
 
 
 def closing_waits(month: date, now: datetime, ingest_lag: timedelta, state: LedgerState) -> list[str]:
@@ -73,7 +74,8 @@ def closing_waits(month: date, now: datetime, ingest_lag: timedelta, state: Ledg
         waits.append(f"month_open: usage is counted through {format_rfc3339(clamp)} (now − ingest lag), "
                      f"before the month's end {format_rfc3339(end)}")
     if state.posted_through is None:
-        waits.append("ledger_not_posted: no posting cycle has posted this cloud")
+        if state.month_used:  # a cloud with no usage in the month and none posted has an empty statement
+            waits.append("ledger_not_posted: no posting cycle has posted this cloud")
     elif state.posted_through < end:
         waits.append(f"ledger_behind: the ledger is posted through {format_rfc3339(state.posted_through)}, "
                      f"before the month's end {format_rfc3339(end)}")

@@ -73,16 +73,18 @@ def close_month(
         sql.read_snapshot(uow)
         posted_through, never_posted = ledger_reads.cloud_posted_through(uow, cloud)
         ever, reconciled_at, deferrals = sync_runs.latest_reconciliation(uow, cloud)
-        state = LedgerState(posted_through, never_posted, len(findings), deferrals, reconciled_at, ever)
-        waits = closing_waits(month, now, lag, state)
         usage = statements.usage_in_month(uow, sql, meters, cloud, month)
+        state = LedgerState(posted_through, never_posted, len(findings), deferrals, reconciled_at, ever,
+                            bool(usage.micro or usage.unusable))
+        waits = closing_waits(month, now, lag, state)
         if usage.unusable:
-            (n, example), = list(usage.unusable.values())[:1]
+            n, example = next(iter(usage.unusable.values()))
             waits.append(f"unbilled: {len(usage.unusable)} entities hold intervals the meters cannot read "
                          f"({n} in the first, e.g. {example})")
         if waits:
             return MonthOutcome(cloud, month, "waiting", waits, posted_through=posted_through)
-        assert posted_through is not None  # closing_waits said so
+        if posted_through is None:  # nothing posted and nothing used: the month's end is as far as it is known
+            posted_through = month_bounds(month)[1]
         latest = {s.line.key: s.line for s in statements.lines(uow, cloud, month)}
         known = statements.month_record(uow, cloud, month)
         new = restate(month, latest, usage.micro, units)

@@ -50,6 +50,8 @@ def test_a_month_is_closed_only_once_ended_posted_verified_and_nothing_deferred(
         assert [w.split(":")[0] for w in closing_waits(NOV, END + LAG, LAG, state)] == [code], code
     assert [w.split(":")[0] for w in closing_waits(NOV, END + LAG, LAG, LedgerState(END, 3, 0, 0, None, False))] == [
         "ledger_behind"]
+    # nothing posted and nothing used in the month: an empty statement, nothing to wait for
+    assert closing_waits(NOV, END + LAG, LAG, LedgerState(None, 0, 0, 0, None, False, month_used=False)) == []
 
 
 def line(meter: str, version: int, micro: int, previous: int | None) -> StatementLine:

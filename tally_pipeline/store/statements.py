@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import date, datetime
+from typing import Any
 
 from tally_pipeline.core.registry import Meter
 from tally_pipeline.core.statements import StatementKey, StatementLine, month_bounds, month_text, parse_month
@@ -49,7 +50,7 @@ class MonthUsage:
     unusable: dict[StatementKey, tuple[int, str]]
 
 
-def _stated(row: Sequence) -> StatedLine:
+def _stated(row: Sequence[Any]) -> StatedLine:
     cloud, project_id, meter, month, version, quantity, unit, previous, stated_at = row
     line = StatementLine(cloud, project_id, meter, parse_month(month), int(version), to_micro(quantity), unit,
                          None if previous is None else to_micro(previous))

@@ -4,7 +4,7 @@ with the ledger's postings and with SQL over ``usage_daily``."""
 
 from __future__ import annotations
 
-from datetime import UTC, date, datetime, timedelta
+from datetime import date, datetime, timedelta
 from decimal import Decimal
 
 from tally_pipeline.core.statements import month_bounds

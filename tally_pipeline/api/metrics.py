@@ -200,7 +200,30 @@ def store_families(store: Any, clouds: list[str], known: Collection[str] | None 
     for (cloud, rtype), n in sorted(unknown_counts.items()):
         unknown.add_metric([cloud, rtype], n)
     families.extend(_ledger_skips(store))
+    families.extend(_statements(store, named))
     return families
+
+
+def _statements(store: Any, named: frozenset[str]) -> list[Metric]:
+    """How far each cloud's monthly statements are: a month still unstated long after it ended waits for
+    something (docs/ledger.md, «Monthly statements»); re-statements counted."""
+    from tally_pipeline.core.statements import month_bounds, parse_month
+    from tally_pipeline.store.statements import statement_metrics
+
+    latest: dict[str, float] = {}
+    restated: dict[str, int] = {}
+    for cloud, month, lines in statement_metrics(store):
+        label = cloud if cloud in named else OTHER_CLOUD
+        latest[label] = max(latest.get(label, 0.0), month_bounds(parse_month(month))[0].timestamp())
+        restated[label] = restated.get(label, 0) + lines
+    last = GaugeMetricFamily("tally_statement_last_month_timestamp_seconds", "Start of the cloud's latest stated "
+                             "month (Unix time): a month is stated once it is closed.", labels=["cloud"])
+    again = CounterMetricFamily("tally_statement_restated_lines", "Statement lines that re-state a closed month with "
+                                "late usage (version 2 and later).", labels=["cloud"])
+    for cloud in sorted(latest):
+        last.add_metric([cloud], latest[cloud])
+        again.add_metric([cloud], restated[cloud])
+    return [last, again]
 
 
 def _ledger_skips(store: Any) -> list[Metric]:

@@ -17,7 +17,7 @@ from tally_pipeline.core.registry import Meter
 from tally_pipeline.core.statements import StatementKey, StatementLine, month_bounds, month_text, parse_month
 from tally_pipeline.core.timeutil import to_utc
 from tally_pipeline.core.usage import epoch_us, to_micro, to_units
-from tally_pipeline.store.base import UnitOfWork
+from tally_pipeline.store.base import Store, UnitOfWork
 from tally_pipeline.store.usage_sql import EVALUATE_ONCE, UsageSQL, compose, p
 
 _LINE = ("SELECT cloud, project_id, meter, month, version, quantity, unit, previous_quantity, stated_at FROM "
@@ -168,3 +168,10 @@ def clouds_with_usage(uow: UnitOfWork) -> list[str]:
     """The clouds a month may be stated for: those with a lifecycle or a ledger checkpoint."""
     return [c for (c,) in uow.fetchall(
         "SELECT cloud FROM resource_intervals UNION SELECT cloud FROM usage_checkpoints ORDER BY 1")]
+
+
+def statement_metrics(store: Store) -> list[tuple[str, str, int]]:
+    """Per cloud: its latest stated month (``YYYY-MM``), and how many statement lines are re-statements."""
+    return [(c, m, int(n or 0)) for c, m, n in store.query(
+        "SELECT m.cloud, max(m.month), (SELECT count(*) FROM usage_statements s WHERE s.cloud = m.cloud "
+        "AND s.version > 1) FROM statement_months m GROUP BY m.cloud ORDER BY m.cloud")]

@@ -15,6 +15,7 @@ import pytest
 from click.testing import CliRunner
 from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
+from prometheus_client.parser import text_string_to_metric_families
 from starlette.testclient import TestClient
 
 from tally_pipeline.api.app import ApiContext, create_app
@@ -139,6 +140,12 @@ def test_api_statement_cli_and_sql_agree_through_a_restatement(store: Store, sto
     # reader scoping: a read:c2 token reads c2's statement, not c1's
     assert lines_of(api_statement(client, "c2", NOV, token=READ_C2)) == {("p1", "volume_gb_hours"): Decimal(25 * 24 * 7)}
     assert client.get("/v1/statements/c1/2026-11", headers={"Authorization": f"Bearer {READ_C2}"}).status_code == 403
+
+    # /metrics: how far each cloud is stated, and its re-statements (c1, c2 unconfigured here: "other")
+    samples = {(x.name, x.labels.get("cloud")): x.value for family in text_string_to_metric_families(
+        client.get("/metrics").text) for x in family.samples}
+    assert samples[("tally_statement_last_month_timestamp_seconds", "other")] == nov_start.timestamp()
+    assert samples[("tally_statement_restated_lines_total", "other")] == 1
 
     # the command line shows the same numbers as the API: the statement, and the ledger's month
     clock_now[0] = nov_end + 3 * H

@@ -16,7 +16,7 @@ from tally_pipeline.core.statements import LedgerState, StatementLine, closing_w
 from tally_pipeline.core.timeutil import format_rfc3339, to_utc
 from tally_pipeline.core.usage import to_units
 from tally_pipeline.services import projection
-from tally_pipeline.services.ledger.verify import verify
+from tally_pipeline.services.ledger.verify import verify_in
 from tally_pipeline.store import ledger_reads, statements, sync_runs
 from tally_pipeline.store.base import Store, UnitOfWork
 from tally_pipeline.store.statements import StatedLine, StatedMonth
@@ -64,13 +64,13 @@ def close_month(
     lag = ingest_lag if isinstance(ingest_lag, timedelta) else timedelta(seconds=ingest_lag)
     now = to_utc(now)
     projection.refresh(store)  # like every reader: the events stored so far, folded
-    findings = [d for d in verify(store, registry).discrepancies if d.cloud == cloud]
     meters = registry.meters()
     units = {m.name: m.unit for m in meters}
 
     def work(uow: UnitOfWork) -> MonthOutcome:
         sql = store.usage_sql()
-        sql.read_snapshot(uow)
+        sql.read_snapshot(uow)  # one snapshot: the verification, the ledger and the month's usage agree
+        findings = [d for d in verify_in(uow, store, registry).discrepancies if d.cloud == cloud]
         posted_through, never_posted = ledger_reads.cloud_posted_through(uow, cloud)
         ever, reconciled_at, deferrals = sync_runs.latest_reconciliation(uow, cloud)
         usage = statements.usage_in_month(uow, sql, meters, cloud, month)

@@ -85,12 +85,15 @@ def month_record(uow: UnitOfWork, cloud: str, month: date) -> StatedMonth | None
 
 def write(uow: UnitOfWork, cloud: str, month: date, new: Sequence[StatementLine], *, at: datetime,
           posted_through: datetime, watermark: int) -> None:
-    """Append ``new`` (versions never written before: the key refuses a second write of one) and
-    record the month as stated and checked at ``at``."""
+    """Append ``new`` (versions never written before: a version is never rewritten) and record the
+    month as stated and checked at ``at``."""
     if new:
         uow.executemany(
             "INSERT INTO usage_statements (cloud, project_id, meter, month, version, quantity, unit, previous_quantity,"
-            " difference, stated_at, posted_through, watermark) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)",
+            " difference, stated_at, posted_through, watermark) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)"
+            # a version another closing run wrote meanwhile stays as it was (Postgres: a snapshot that
+            # cannot see it fails to serialize, and the unit of work is retried, reading it)
+            " ON CONFLICT DO NOTHING",
             [[n.cloud, n.project_id, n.meter, month_text(n.month), n.version, to_units(n.micro), n.unit,
               None if n.previous is None else to_units(n.previous), to_units(n.difference), at, posted_through,
               watermark] for n in new],
@@ -98,7 +101,7 @@ def write(uow: UnitOfWork, cloud: str, month: date, new: Sequence[StatementLine]
     known = month_record(uow, cloud, month)
     if known is None:
         uow.execute("INSERT INTO statement_months (cloud, month, stated_at, restated_at, checked_at, versions)"
-                    " VALUES (%s, %s, %s, NULL, %s, %s)", [cloud, month_text(month), at, at, len(new)])
+                    " VALUES (%s, %s, %s, NULL, %s, %s) ON CONFLICT DO NOTHING", [cloud, month_text(month), at, at, len(new)])
         return
     restated = at if new else known.restated_at
     uow.execute("UPDATE statement_months SET restated_at = %s, checked_at = %s, versions = versions + %s"

@@ -94,3 +94,25 @@ def test_a_month_waits_then_is_stated_and_late_usage_is_restated(store: Store, r
         "SELECT project_id, meter, sum(amount) FROM ledger_postings WHERE cloud = 'c1' AND clamp <= %s "
         "GROUP BY project_id, meter", [NOV_END])}
     assert posted == {("p1", "volume_gb_hours"): Decimal(120 + 7200), ("p2", "volume_gb_hours"): Decimal(96)}
+
+
+def test_closing_runs_racing_on_one_month_write_each_version_once(store: Store, registry) -> None:
+    from concurrent.futures import ThreadPoolExecutor
+    from threading import Barrier
+
+    Ingestor(store, registry).ingest([envelope("r1", "v1", "create", NOV_START + H, "p1", 1),
+                                      envelope("r2", "v2", "create", NOV_START + H, "p2", 2)], origin="t")
+    cycle(store, registry, NOV_END + LAG)
+    start = Barrier(4)
+
+    def close() -> str:
+        start.wait(timeout=60)
+        return close_month(store, registry, cloud="c1", month=NOV, now=NOV_END + LAG, ingest_lag=LAG).status
+
+    with ThreadPoolExecutor(4) as pool:
+        statuses = sorted(f.result(timeout=300) for f in [pool.submit(close) for _ in range(4)])
+    assert statuses.count("stated") >= 1 and set(statuses) <= {"stated", "unchanged"}
+    rows = store.query("SELECT project_id, version FROM usage_statements WHERE cloud = 'c1' ORDER BY 1, 2")
+    assert rows == [("p1", 1), ("p2", 1)]
+    [(versions,)] = store.query("SELECT versions FROM statement_months WHERE cloud = 'c1' AND month = '2026-11'")
+    assert versions == 2

@@ -47,8 +47,10 @@ MONTH = _Month()
 @click.option("--now", help="The instant pending usage is counted at (RFC 3339; default: now).")
 @with_runtime
 def show(rt: Runtime, cloud: str, project_id: str, month: date, versions: bool, now: str | None) -> None:
-    """A project's month as JSON: ``statement``, what GET /v1/statements/CLOUD/MONTH?project_id=P answers, and
-    ``ledger``, what GET /v1/usage?cloud=C&project_id=P&group=month&from=..&to=..&include=pending answers."""
+    """Show a project's month: its statement and the ledger's usage, as JSON.
+
+    ``statement`` is what GET /v1/statements/CLOUD/MONTH?project_id=P answers, ``ledger`` what
+    GET /v1/usage?cloud=C&project_id=P&group=month&from=..&to=..&include=pending answers."""
     from tally_pipeline.services.statements import read_statement
     from tally_pipeline.services.usage import quantity, usage_page
     from tally_pipeline.store.ledger_reads import Scope
@@ -88,8 +90,10 @@ def show(rt: Runtime, cloud: str, project_id: str, month: date, versions: bool, 
 @click.option("--now", help="The instant the month is closed at (RFC 3339; default: now).")
 @with_runtime
 def state(rt: Runtime, month: date, clouds: tuple[str, ...], now: str | None) -> None:
-    """State a month (or re-state it with late usage), cloud by cloud, as the usage_statements asset does;
-    print each cloud's outcome. Exit 1 when a cloud waits (its reasons are printed)."""
+    """State a month, or re-state its late usage, cloud by cloud.
+
+    As the usage_statements asset does; prints each cloud's outcome. Exit 1 when a cloud waits (its
+    reasons are printed)."""
     from tally_pipeline.services.statements import close_month, clouds_to_state
 
     at = _instant(now)

@@ -116,3 +116,24 @@ def test_closing_runs_racing_on_one_month_write_each_version_once(store: Store, 
     assert rows == [("p1", 1), ("p2", 1)]
     [(versions,)] = store.query("SELECT versions FROM statement_months WHERE cloud = 'c1' AND month = '2026-11'")
     assert versions == 2
+
+
+def test_usage_state_says_why_a_month_waits_and_refuses_a_bad_month(store: Store, store_url: str, registry) -> None:
+    import json
+
+    from click.testing import CliRunner
+
+    from tally_pipeline.cli import main
+
+    Ingestor(store, registry).ingest([envelope("w1", "v1", "create", NOV_START + H, "p1", 1)], origin="t")
+    cycle(store, registry, NOV_END - H)  # the ledger stops before the month's end (clamp: an hour and the lag)
+    waiting = CliRunner().invoke(main, ["usage", "state", "--database", store_url, "--month", "2026-11",
+                                        "--now", "2026-12-01T06:00:00Z"], catch_exceptions=False)
+    assert waiting.exit_code == 1
+    [cloud] = json.loads(waiting.output)["clouds"]
+    assert cloud["status"] == "waiting" and cloud["waits"][0].startswith("ledger_behind: the ledger is posted through "
+                                                                           "2026-11-30T22:45:00Z")
+    assert read_statement(store, "c1", NOV).record is None  # a waiting month writes nothing
+    bad = CliRunner().invoke(main, ["usage", "show", "--database", store_url, "--cloud", "c1", "--project", "p1",
+                                    "--month", "2026-13"])
+    assert bad.exit_code == 2 and "month must be YYYY-MM, not '2026-13'" in bad.output

@@ -88,7 +88,7 @@ def close_month(
         latest = {s.line.key: s.line for s in statements.lines(uow, cloud, month)}
         known = statements.month_record(uow, cloud, month)
         new = restate(month, latest, usage.micro, units)
-        statements.write(uow, cloud, month, new, at=now, posted_through=posted_through,
+        statements.write(uow, sql, cloud, month, new, at=now, posted_through=posted_through,
                          watermark=statements.projection_watermark(uow))
         status: Status = "stated" if known is None else "restated" if new else "unchanged"
         entities = len(set(latest) | {n.key for n in new})

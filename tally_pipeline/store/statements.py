@@ -9,6 +9,7 @@ Plain SQL meaning the same in both dialects; the meter rule comes from the backe
 from __future__ import annotations
 
 from collections.abc import Sequence
+from contextlib import ExitStack
 from dataclasses import dataclass
 from datetime import date, datetime
 from typing import Any
@@ -16,7 +17,7 @@ from typing import Any
 from tally_pipeline.core.registry import Meter
 from tally_pipeline.core.statements import StatementKey, StatementLine, month_bounds, month_text, parse_month
 from tally_pipeline.core.timeutil import to_utc
-from tally_pipeline.core.usage import epoch_us, to_micro, to_units
+from tally_pipeline.core.usage import epoch_us, to_micro
 from tally_pipeline.store.base import Store, UnitOfWork
 from tally_pipeline.store.usage_sql import EVALUATE_ONCE, UsageSQL, compose, p
 
@@ -83,21 +84,31 @@ def month_record(uow: UnitOfWork, cloud: str, month: date) -> StatedMonth | None
                        to_utc(checked_at), int(versions))
 
 
-def write(uow: UnitOfWork, cloud: str, month: date, new: Sequence[StatementLine], *, at: datetime,
+def write(uow: UnitOfWork, sql: UsageSQL, cloud: str, month: date, new: Sequence[StatementLine], *, at: datetime,
           posted_through: datetime, watermark: int) -> None:
-    """Append ``new`` (versions never written before: a version is never rewritten) and record the
-    month as stated and checked at ``at``."""
+    """Append ``new`` (versions never written before: a version is never rewritten) in one statement,
+    and record the month as stated and checked at ``at``."""
     if new:
-        uow.executemany(
-            "INSERT INTO usage_statements (cloud, project_id, meter, month, version, quantity, unit, previous_quantity,"
-            " difference, stated_at, posted_through, watermark) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s, %s)"
-            # a version another closing run wrote meanwhile stays as it was (Postgres: a snapshot that
-            # cannot see it fails to serialize, and the unit of work is retried, reading it)
-            " ON CONFLICT DO NOTHING",
-            [[n.cloud, n.project_id, n.meter, month_text(n.month), n.version, to_units(n.micro), n.unit,
-              None if n.previous is None else to_units(n.previous), to_units(n.difference), at, posted_through,
-              watermark] for n in new],
-        )
+        with ExitStack() as stack:
+            rows = sql.rows(
+                uow, stack, "r",
+                [("project_id", "text"), ("meter", "text"), ("version", "bigint"), ("quantity", "micro"),
+                 ("unit", "text"), ("previous", "micro"), ("difference", "micro")],
+                [[n.project_id for n in new], [n.meter for n in new], [n.version for n in new],
+                 [str(n.micro) for n in new], [n.unit for n in new],
+                 [None if n.previous is None else str(n.previous) for n in new], [str(n.difference) for n in new]],
+            )
+            statement = compose(
+                "INSERT INTO usage_statements (cloud, project_id, meter, month, version, quantity, unit,"
+                " previous_quantity, difference, stated_at, posted_through, watermark) SELECT ", p(cloud),
+                ", r.project_id, r.meter, ", p(month_text(month)), ", r.version, ", sql.micro_to_amount("r.quantity"),
+                ", r.unit, ", sql.micro_to_amount("r.previous"), ", ", sql.micro_to_amount("r.difference"), ", ",
+                p(at), ", ", p(posted_through), ", ", p(watermark), " FROM ", rows,
+                # a version another closing run wrote meanwhile stays as it was (Postgres: a snapshot that
+                # cannot see it fails to serialize, and the unit of work is retried, reading it)
+                " ON CONFLICT DO NOTHING",
+            )
+            uow.execute(statement.sql, statement.params)
     known = month_record(uow, cloud, month)
     if known is None:
         uow.execute("INSERT INTO statement_months (cloud, month, stated_at, restated_at, checked_at, versions)"

@@ -60,7 +60,7 @@ class LedgerState:
     unposted_entities: int  # entities with usage never posted, or checkpoints never advanced
     discrepancies: int  # verify's findings for the cloud (ledger broken, history changed, unbilled)
     deferrals: int  # reconciliation deferrals of the cloud's latest finished run
-    reconciled_at: datetime | None  # when the cloud's latest finished reconciliation run began (None: never)
+    reconciled_at: datetime | None  # the poll time of the cloud's latest reconciling run (None: none)
     ever_reconciled: bool  # the cloud has reconciliation runs at all
     month_used: bool = True  # the cloud's lifecycles hold usage dated in the month
 
@@ -86,7 +86,7 @@ def closing_waits(month: date, now: datetime, ingest_lag: timedelta, state: Ledg
     if state.deferrals:
         waits.append(f"deferred: the latest reconciliation run deferred {state.deferrals} corrections")
     if state.ever_reconciled and (state.reconciled_at is None or state.reconciled_at < end):
-        waits.append("unreconciled: no reconciliation run has finished since the month's end")
+        waits.append("unreconciled: no reconciliation run has polled the platform since the month's end")
     return waits
 
 

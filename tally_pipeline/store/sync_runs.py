@@ -233,13 +233,14 @@ def runs_by_status(store: Store) -> list[tuple[str, str, int]]:
 
 def latest_reconciliation(uow: UnitOfWork, cloud: str) -> tuple[bool, datetime | None, int]:
     """A cloud's reconciliation as a month's closing reads it: whether it has any run, when its latest
-    run that reconciled (succeeded or partial) began, and how many corrections that run deferred."""
+    run that reconciled (succeeded or partial) polled the platform (its poll time), and how many
+    corrections that run deferred."""
     ever = bool(uow.fetchall("SELECT count(*) FROM sync_runs WHERE cloud = %s", [cloud])[0][0])
     rows = uow.fetchall(
-        "SELECT r.run_id, r.started_at FROM sync_runs r WHERE r.cloud = %s AND r.status IN ('succeeded', 'partial')"
+        "SELECT r.run_id, r.poll_time FROM sync_runs r WHERE r.cloud = %s AND r.status IN ('succeeded', 'partial')"
         " ORDER BY r.started_at DESC LIMIT 1", [cloud])
     if not rows:
         return ever, None, 0
-    run_id, started_at = rows[0]
+    run_id, poll_time = rows[0]
     deferred = uow.fetchall("SELECT count(*) FROM sync_deferrals WHERE run_id = %s", [run_id])[0][0]
-    return ever, to_utc(started_at), int(deferred)
+    return ever, None if poll_time is None else to_utc(poll_time), int(deferred)

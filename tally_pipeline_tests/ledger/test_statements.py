@@ -137,3 +137,34 @@ def test_usage_state_says_why_a_month_waits_and_refuses_a_bad_month(store: Store
     bad = CliRunner().invoke(main, ["usage", "show", "--database", store_url, "--cloud", "c1", "--project", "p1",
                                     "--month", "2026-13"])
     assert bad.exit_code == 2 and "month must be YYYY-MM, not '2026-13'" in bad.output
+
+
+def sync_run(store: Store, run_id: str, poll: datetime, deferred: int = 0, status: str = "succeeded") -> None:
+    from tally_pipeline.store.sync_runs import RUN_COLUMNS, write_run
+
+    run = dict.fromkeys(RUN_COLUMNS, 0) | {
+        "run_id": run_id, "cloud": "c1", "run_key": run_id, "tick": poll, "poll_time": poll, "started_at": poll,
+        "finished_at": poll, "status": status, "per_type": None, "error": None, "drift": None,
+        "first_load": False, "deleted_listing": None, "deleted_window_end": None}
+    deferrals = [[run_id, "c1", "volume", f"v-{i}", "update", "in_transition", "creating", None, poll]
+                 for i in range(deferred)]
+    write_run(store, run, deferrals)
+
+
+def test_a_month_waits_for_a_reconciliation_after_its_end_with_nothing_deferred(store: Store, registry) -> None:
+    Ingestor(store, registry).ingest([envelope("s1", "v1", "create", NOV_START + H, "p1", 1)], origin="t")
+    cycle(store, registry, NOV_END + LAG)
+
+    def waits() -> list[str]:
+        outcome = close_month(store, registry, cloud="c1", month=NOV, now=NOV_END + 2 * H, ingest_lag=LAG)
+        return [w.split(":")[0] for w in outcome.waits]
+
+    sync_run(store, "r1", NOV_END - H)  # the cloud is reconciled, but only before the month ended
+    assert waits() == ["unreconciled"]
+    sync_run(store, "r2", NOV_END + H, deferred=2)  # after it, but deferring two corrections
+    assert waits() == ["deferred"]
+    sync_run(store, "r3", NOV_END + 90 * timedelta(minutes=1), status="failed")  # a failed run reconciles nothing
+    assert waits() == ["deferred"]
+    sync_run(store, "r4", NOV_END + 2 * H - timedelta(minutes=1))  # a run that settled them
+    assert waits() == []
+    assert read_statement(store, "c1", NOV).record is not None

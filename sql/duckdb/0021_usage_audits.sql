@@ -4,7 +4,8 @@
 CREATE TABLE usage_audits (
     audit_id                TEXT        NOT NULL PRIMARY KEY,
     cloud                   TEXT        NOT NULL,
-    audited_at              TIMESTAMPTZ NOT NULL,
+    audited_at              TIMESTAMPTZ NOT NULL,  -- the audit's now (its window is cut to it)
+    recorded_at             TIMESTAMPTZ NOT NULL,  -- when it was kept (wall clock): the latest is the last kept
     window_start            TIMESTAMPTZ NOT NULL,
     window_end              TIMESTAMPTZ NOT NULL,
     status                  TEXT        NOT NULL CHECK (status IN ('passed', 'failed', 'error')),
@@ -19,4 +20,4 @@ CREATE TABLE usage_audits (
     seconds                 DOUBLE PRECISION NOT NULL,
     error                   TEXT                   -- why an audit could not be made (status error)
 );
-CREATE INDEX usage_audits_cloud_at ON usage_audits (cloud, audited_at);
+CREATE INDEX usage_audits_cloud_recorded ON usage_audits (cloud, recorded_at);

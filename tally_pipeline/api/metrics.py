@@ -230,7 +230,7 @@ def _usage_audits(store: Any, clouds: list[str]) -> list[Metric]:
                               labels=["cloud"])
     for a in audits:
         cloud = a["cloud"]
-        at.add_metric([cloud], a["audited_at"].timestamp())
+        at.add_metric([cloud], a["recorded_at"].timestamp())
         failed.add_metric([cloud], int(a["status"] != "passed"))
         error.add_metric([cloud], int(a["status"] == "error"))
         failing.add_metric([cloud], a["projects_failing"])

@@ -133,7 +133,8 @@ def audit_usage(store: Store, registry: SizeSchemaRegistry, cloud: str, adapter:
 def _row(run: AuditRun, now: datetime) -> dict[str, Any]:
     result = run.result
     return {
-        "audit_id": run.audit_id, "cloud": run.cloud, "audited_at": now, "window_start": run.window_start,
+        "audit_id": run.audit_id, "cloud": run.cloud, "audited_at": now, "recorded_at": datetime.now(UTC),
+        "window_start": run.window_start,
         "window_end": run.window_end, "status": run.status,
         "projects": len(result.projects) if result else 0,
         "projects_failing": len(result.failing) if result else 0,

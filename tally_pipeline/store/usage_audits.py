@@ -10,7 +10,7 @@ from typing import Any
 
 from tally_pipeline.store.base import Store
 
-AUDIT_COLUMNS = ("audit_id", "cloud", "audited_at", "window_start", "window_end", "status", "projects",
+AUDIT_COLUMNS = ("audit_id", "cloud", "audited_at", "recorded_at", "window_start", "window_end", "status", "projects",
                  "projects_failing", "servers_nova", "servers_tally", "unexplained_instance_hours",
                  "unexplained_vcpu_hours", "differences", "api_calls", "seconds", "error")
 
@@ -52,11 +52,11 @@ def record(store: Store, row: Mapping[str, Any]) -> None:
 
 
 def latest(store: Store) -> list[dict[str, Any]]:
-    """Each cloud's latest audit, by cloud."""
+    """Each cloud's latest audit (the last kept), by cloud."""
     rows = store.query(
         f"SELECT {', '.join('a.' + c for c in AUDIT_COLUMNS)} FROM usage_audits a JOIN "
-        "(SELECT cloud, max(audited_at) AS audited_at FROM usage_audits GROUP BY cloud) l "
-        "ON a.cloud = l.cloud AND a.audited_at = l.audited_at ORDER BY a.cloud, a.audit_id")
+        "(SELECT cloud, max(recorded_at) AS recorded_at FROM usage_audits GROUP BY cloud) l "
+        "ON a.cloud = l.cloud AND a.recorded_at = l.recorded_at ORDER BY a.cloud, a.audit_id")
     out: dict[str, dict[str, Any]] = {}
     for values in rows:
         row = dict(zip(AUDIT_COLUMNS, values, strict=True))

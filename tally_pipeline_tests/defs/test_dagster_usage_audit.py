@@ -78,3 +78,8 @@ def test_only_openstack_clouds_get_a_check_and_names_stay_distinct(tmp_path) -> 
     assert checks == sorted([check_name("region.one"), "usage_audit_region_one"])
     assert check_name("region.one") != "usage_audit_region_one"
     assert defs.resolve_schedule_def("usage_audit_schedule").cron_schedule == "40 1 * * *"
+    # the hourly posting job runs its own checks, never the audits (they read nova's usage)
+    posting = set(defs.resolve_job_def("delta_posting").graph.node_dict)
+    assert not [n for n in posting if "usage_audit" in n] and "ledger_audit" in posting
+    assert set(defs.resolve_job_def("usage_audit").graph.node_dict) == {
+        f"ledger_postings_{name}" for name in checks}

@@ -233,10 +233,10 @@ def audit(
         if ti.interval.start < window_end and (ti.interval.end is None or ti.interval.end > window_start):
             by_server.setdefault(ti.server_id, []).append(ti)
     nova_by_server: dict[str, NovaServerUsage] = {}
-    for n in nova:
-        if n.server_id in nova_by_server:  # nova pages by server: one server once
-            raise AuditError(f"nova's usage lists server {n.server_id} twice")
-        nova_by_server[n.server_id] = n
+    for listed in nova:
+        if listed.server_id in nova_by_server:  # nova pages by server: one server once
+            raise AuditError(f"nova's usage lists server {listed.server_id} twice")
+        nova_by_server[listed.server_id] = listed
     result = AuditResult(cloud, window_start, window_end, servers_nova=len(nova_by_server),
                          servers_tally=len(by_server))
     ledger_sum: dict[tuple[str, str], int] = {}

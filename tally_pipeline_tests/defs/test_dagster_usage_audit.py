@@ -6,7 +6,6 @@ from __future__ import annotations
 from datetime import timedelta
 
 import dagster as dg
-import pytest
 import yaml
 
 from tally_pipeline.api.metrics import exposition, store_families

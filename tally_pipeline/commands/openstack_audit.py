@@ -95,7 +95,8 @@ def _print(run: Any, show_all: bool) -> None:
 
 def bench(servers: int, page_size: int) -> dict[str, Any]:
     """A fake cloud of ``servers`` servers in 97 projects, each with a lifecycle in an embedded store that
-    agrees with nova: the audit's time and the pages of nova's usage read."""
+    agrees with nova and a ledger posted past the window: the audit's time (folding, nova's pages, the
+    ledger's verification and the comparison) and the pages of nova's usage read."""
     import tempfile
     from pathlib import Path
 
@@ -104,6 +105,7 @@ def bench(servers: int, page_size: int) -> dict[str, Any]:
     from tally_pipeline.fakes.openstack import FakeOpenStack
     from tally_pipeline.fakes.static_view import StaticView
     from tally_pipeline.schemas import default_registry
+    from tally_pipeline.services.ledger.poster import post_usage
     from tally_pipeline.services.usage_audit import audit_usage as run_audit
     from tally_pipeline.sim.platform import PlatformRecord
     from tally_pipeline.store import open_store
@@ -122,6 +124,7 @@ def bench(servers: int, page_size: int) -> dict[str, Any]:
         store = open_store(f"duckdb://{Path(tmp) / 'bench.duckdb'}")
         store.migrate()
         _ingest_creates(store, records)
+        post_usage(store, default_registry(), now=now, ingest_lag=900, window_days=35)  # the ledger audited
         config = OpenStackCloud(provider="openstack", auth=fake.auth(), page_size=page_size,
                                 resource_types=["instance"], timeout=120, retries=0)
         with OpenStackAdapter("bench", config) as adapter:
@@ -136,6 +139,7 @@ def bench(servers: int, page_size: int) -> dict[str, Any]:
     return {"benchmark": "usage_audit", "servers": servers, "page_size": page_size, "status": run.status,
             "error": run.error, "seconds": round(seconds, 3), "api_calls": pages, "audit_pages": run.api_calls,
             "servers_compared": result.servers_nova if result else 0,
+            "differences": len(result.differences) if result else None,
             "projects": len({p.project_id for p in result.projects}) if result else 0}
 
 

@@ -213,3 +213,27 @@ def test_the_command_prints_the_verdict_and_exits_by_it(make) -> None:
     assert "FAILS" in result.output and "ledger_mismatch UNEXPLAINED" in result.output
     bad = CliRunner().invoke(main, [*args[:-4], "--from", "2026-03-02T00:00:00Z", "--to", "2026-03-01T00:00:00Z"])
     assert bad.exit_code == 2 and "must be after --from" in bad.output
+
+
+def test_the_fake_answers_in_novas_shape_and_pages_by_server(make) -> None:
+    """The fields nova's API reference lists for ``GET /os-simple-tenant-usage?detailed=1`` (2.40), and its
+    paging: a full page links the next one, one project's servers run over two pages."""
+    cloud = agreeing(make)
+    compute = cloud.rt.adapter("c1").connection.compute
+    params = {"start": "2026-03-01T00:00:00", "end": "2026-03-02T00:00:00", "detailed": "1", "limit": "2"}
+    first = compute.get("/os-simple-tenant-usage", params=params, microversion="2.40").json()
+    [p1] = first["tenant_usages"]
+    assert set(p1) == {"tenant_id", "server_usages", "start", "stop", "total_hours", "total_local_gb_usage",
+                       "total_memory_mb_usage", "total_vcpus_usage"}
+    assert set(p1["server_usages"][0]) == {"instance_id", "name", "tenant_id", "hours", "flavor", "memory_mb",
+                                           "local_gb", "vcpus", "started_at", "ended_at", "state", "uptime"}
+    assert [s["instance_id"] for s in p1["server_usages"]] == ["srv-a", "srv-b"]
+    assert p1["total_hours"] == pytest.approx(24 + 20 + 50 / 60)
+    assert p1["total_vcpus_usage"] == pytest.approx(24 + 4 * (20 + 50 / 60))
+    [link] = first["tenant_usages_links"]
+    assert link["rel"] == "next" and "marker=srv-b" in link["href"] and "limit=2" in link["href"]
+    second = compute.get("/os-simple-tenant-usage", params={**params, "marker": "srv-b"}, microversion="2.40").json()
+    assert [u["tenant_id"] for u in second["tenant_usages"]] == ["p2"] and "tenant_usages_links" not in second
+    # before 2.40 nova does not page: no link, whatever the limit
+    old = compute.get("/os-simple-tenant-usage", params=params, microversion="2.39").json()
+    assert "tenant_usages_links" not in old and len(old["tenant_usages"]) == 2

@@ -36,7 +36,7 @@ AUDITED_METERS = ("instance_hours", "vcpu_hours")
 EXPLAINED_KINDS: dict[str, str] = {
     "rounding": "nova keeps launched_at/terminated_at to the second: up to rounding_seconds per server",
     "resize_launched_at": "nova's finish_resize resets launched_at: nova leaves out the time before the resize",
-    "not_posted": "usage after the entity's checkpoint clamp (ingest_lag): the next posting cycles post it",
+    "not_posted": "usage after the latest posting cycle's clamp (ingest_lag): the next posting cycles post it",
     "pending_cycle": "history changed after the latest posting cycle: the next cycle posts the difference",
     "unbilled_status": "the meter does not bill the server's status then (meters.<meter>.unbilled_statuses)",
     "deferral": "reconciliation deferred a correction of the server (sync_deferrals)",
@@ -47,6 +47,8 @@ UNEXPLAINED_KINDS: dict[str, str] = {
     "only_in_nova": "nova reports usage for a server tally does not bill in the window",
     "server_hours": "tally's and nova's hours for the server differ beyond rounding, unexplained",
     "ledger_mismatch": "the entity's postings do not sum to its checkpoint (a posting changed or lost)",
+    "unposted": "usage before the latest posting cycle's clamp the entity's checkpoint does not cover (skipped, "
+                "or never posted)",
 }
 KINDS = (*EXPLAINED_KINDS, *UNEXPLAINED_KINDS)
 
@@ -218,11 +220,15 @@ def audit(
     ledger: Mapping[tuple[str, str], LedgerEntity],
     deferred: Mapping[str, str],
     settings: AuditSettings,
+    cycle_clamp: datetime | None = None,
 ) -> AuditResult:
     """Compare tally with nova per project and server over ``[window_start, window_end)``.
 
     ``meters``: the registry's ``instance_hours`` and ``vcpu_hours`` (with the configured policy);
-    ``ledger``: per (project, meter); ``deferred``: server id → the deferral's reason and detail.
+    ``ledger``: per (project, meter); ``deferred``: server id → the deferral's reason and detail;
+    ``cycle_clamp``: the latest posting cycle's clamp (None: no cycle yet). Usage an entity's checkpoint
+    does not cover is ``not_posted`` (explained) after ``cycle_clamp``, where no cycle has reached yet,
+    and ``unposted`` (not explained) before it, where the latest cycle should have posted it.
     """
     if window_end <= window_start:
         raise AuditError(f"the window is empty: {format_rfc3339(window_start)} is not before {format_rfc3339(window_end)}")
@@ -271,13 +277,17 @@ def audit(
                 billed = _window_micro(meter, ti.interval, window_start, window_end)
                 raw_part = _window_micro(every_status, ti.interval, window_start, window_end)
                 clamp = entity.clamp
-                posted_end = window_end if clamp is None else min(window_end, clamp)
-                posted = _window_micro(meter, ti.interval, window_start, posted_end) if clamp is not None else 0
+                posted = _window_micro(meter, ti.interval, window_start, min(window_end, clamp)) if clamp else 0
+                # the latest cycle reached here: before it, what the entity's checkpoint lacks was due
+                reached = max(c for c in (clamp, cycle_clamp, window_start) if c is not None)
+                due = _window_micro(meter, ti.interval, window_start, min(window_end, reached)) - posted
                 add(ledger_sum, (ti.project_id, name), posted)
                 raw += raw_part
-                # what the ledger has not (yet) posted, and what the meter does not bill: known, explained
-                differ(ti.project_id, name, "not_posted", posted - billed, server,
-                       "never posted" if clamp is None else f"after the checkpoint clamp {format_rfc3339(clamp)}")
+                differ(ti.project_id, name, "unposted", -due, server,
+                       f"the latest cycle's clamp is {_at(cycle_clamp)}, the entity's checkpoint {_at(clamp)}")
+                # what no cycle has reached yet, and what the meter does not bill: known, explained
+                differ(ti.project_id, name, "not_posted", posted + due - billed, server,
+                       f"after the latest posting cycle's clamp {_at(reached)}")
                 differ(ti.project_id, name, "unbilled_status", billed - raw_part, server,
                        f"status {ti.interval.platform_status}")
             gap = raw - nova_micro  # tally's lifecycle against nova, every status counted

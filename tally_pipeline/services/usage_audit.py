@@ -83,6 +83,13 @@ def ledger_entities(store: Store, registry: SizeSchemaRegistry, cloud: str) -> d
     return entities
 
 
+def _latest_cycle_clamp(store: Store) -> datetime | None:
+    from tally_pipeline.store.ledger_records import latest_cycle
+
+    latest = store.run(latest_cycle)
+    return None if latest is None else _utc(latest[1])
+
+
 def tally_intervals(store: Store, cloud: str, start: datetime, end: datetime) -> list[rules.TallyInterval]:
     return [rules.TallyInterval(str(rid), str(project), Interval(_utc(s), None if e is None else _utc(e), _size(size),
                                                                   str(rid), status), int(lifecycle or 0))
@@ -116,6 +123,7 @@ def audit_usage(store: Store, registry: SizeSchemaRegistry, cloud: str, adapter:
             cloud, start, end, meters=meters, nova=nova.servers, tally=tally_intervals(store, cloud, start, end),
             ledger=ledger_entities(store, registry, cloud),
             deferred=usage_audits.deferred_servers(store, cloud, start),
+            cycle_clamp=_latest_cycle_clamp(store),
             settings=rules.AuditSettings(Decimal(str(settings.tolerance_hours)), Decimal(str(settings.tolerance_ratio)),
                                          settings.rounding_seconds))
     except Exception as exc:  # noqa: BLE001 - recorded as an error audit, with its reason

@@ -36,8 +36,8 @@ def figure(run: Any, project: str, meter: str) -> Any:
     return p
 
 
-def test_green_when_the_ledger_agrees_with_nova_and_red_when_a_posting_is_tampered_with(make) -> None:
-    cloud = agreeing(make)
+def test_green_when_the_ledger_agrees_with_nova_and_red_when_a_posting_is_tampered_with(make, store_url) -> None:
+    cloud = agreeing(make, database=store_url)  # both stores: the audit's reads and its table
     run = cloud.audit()
     assert run.status == "passed", run.to_dict()
     assert run.result.servers_nova == 3 and run.result.servers_tally == 3

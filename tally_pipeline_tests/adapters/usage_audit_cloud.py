@@ -36,9 +36,10 @@ class Cloud:
     """A fake nova, a tally config pointing at it, and tally's history written as collector events."""
 
     def __init__(self, tmp_path: Path, records: list[PlatformRecord], deleted: list[PlatformRecord] = (),
-                 audit: dict[str, Any] | None = None, meters: dict[str, Any] | None = None):
+                 audit: dict[str, Any] | None = None, meters: dict[str, Any] | None = None,
+                 database: str | None = None):
         self.fake = FakeOpenStack(StaticView.of(records, list(deleted)), cloud="c1", at=NOW).start()
-        config: dict[str, Any] = {"database": f"duckdb://{tmp_path / 'tally.duckdb'}",
+        config: dict[str, Any] = {"database": database or f"duckdb://{tmp_path / 'tally.duckdb'}",
                                   "clouds": {"c1": self.fake.tally_cloud_entry(timeout=30)},
                                   "audit": audit or {}}
         if meters:

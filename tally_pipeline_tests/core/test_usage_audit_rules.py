@@ -115,3 +115,18 @@ def test_nova_listing_a_server_twice_or_an_empty_window_is_refused() -> None:
         run([nova("a", "1.0"), nova("a", "1.0")], [])
     with pytest.raises(AuditError, match="empty"):
         audit("c", T2, T1, meters=METERS, nova=[], tally=[], ledger={}, deferred={}, settings=AuditSettings())
+
+
+def test_usage_the_latest_cycle_should_have_posted_is_not_explained() -> None:
+    # the latest cycle reached 20:00, the entity's checkpoint only 12:00 (skipped since): 8 h unposted
+    ledger = {("p", m): LedgerEntity(T1 + 12 * H) for m in METERS}
+    result = audit("c", T1, T2, meters=METERS, nova=[nova("a", "24.0")], tally=[tally("a", T1, None)],
+                   ledger=ledger, deferred={}, settings=AuditSettings(), cycle_clamp=T1 + 20 * H)
+    kinds = {(d.kind, d.meter): d.amount_micro for d in result.differences}
+    assert kinds[("unposted", "instance_hours")] == -8_000_000
+    assert kinds[("not_posted", "instance_hours")] == -4_000_000
+    assert not result.passed
+    # an entity no cycle ever posted, once a cycle ran past the window: all of it unposted
+    result = audit("c", T1, T2, meters=METERS, nova=[nova("a", "24.0")], tally=[tally("a", T1, None)],
+                   ledger={}, deferred={}, settings=AuditSettings(), cycle_clamp=T2 + H)
+    assert {(d.kind, d.amount_micro) for d in result.differences} == {("unposted", -24_000_000)}

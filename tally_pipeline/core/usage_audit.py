@@ -351,14 +351,17 @@ def _resize_part(meter: Meter, intervals: Sequence[TallyInterval], n: NovaServer
         return None
     lifecycle = max(ti.lifecycle_no for ti in intervals)
     mine = [ti for ti in intervals if ti.lifecycle_no == lifecycle]
-    flavors = {_flavor(ti.interval.size) for ti in mine}
+    flavors: list[str] = []  # in time order, each change once
+    for ti in sorted(mine, key=lambda ti: ti.interval.start):
+        flavor = _flavor(ti.interval.size)
+        if not flavors or flavors[-1] != flavor:
+            flavors.append(flavor)
     first = min(ti.interval.start for ti in mine)
     if len(flavors) < 2 or n.started_at <= first + timedelta(seconds=rounding_seconds):
         return None
     cut = min(max(n.started_at, start), end)
     part = sum(_window_micro(meter, ti.interval, start, cut) for ti in mine)
-    return part, (f"resized ({' → '.join(sorted(f for f in flavors if f))}); nova counts from {_at(n.started_at)}, "
-                  f"tally from {_at(first)}")
+    return part, (f"resized ({' → '.join(flavors)}); nova counts from {_at(n.started_at)}, tally from {_at(first)}")
 
 
 def _flavor(size: Any) -> str:

@@ -94,6 +94,7 @@ def test_a_resize_that_reset_novas_launched_at_is_explained(make) -> None:
     found = {(d.kind, d.meter): d.amount_micro for d in run.result.differences}
     assert found == {("resize_launched_at", "instance_hours"): 8_000_000, ("resize_launched_at", "vcpu_hours"): 8_000_000}
     assert figure(run, "p1", "instance_hours").difference_micro == 8_000_000
+    assert all("resized (m1.small/1/2048 → m1.large/4/8192)" in d.detail for d in run.result.differences)
 
 
 def test_a_later_launched_at_without_a_resize_in_tallys_history_is_not_excused(make) -> None:

@@ -35,7 +35,8 @@ def _instant(text: str, option: str) -> datetime:
 def audit_usage(rt: Runtime, cloud: str, start: str, end: str, as_json: bool, show_all: bool) -> None:
     """Compare, per project and server, the ledger's instance-hours and vCPU-hours over [T1, T2) with
     nova's own usage over the same window; list each difference with its explanation where one is known
-    (docs/openstack.md, "The usage audit"). The verdict is kept for /metrics and the alert.
+    (docs/openstack.md, "The usage audit against nova's own usage"). The verdict is kept for /metrics and
+    the alert.
 
     Exits 1 when a project's unexplained difference exceeds the tolerance (audit: in the config), 2 when
     the audit could not be made (nova unreadable, an empty window)."""

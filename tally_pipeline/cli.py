@@ -13,6 +13,7 @@ from tally_pipeline.commands import (
     ingest,
     ledger,
     openstack,
+    openstack_audit,
     openstack_bench,
     query,
     serve,
@@ -61,11 +62,12 @@ GROUPS: dict[str, tuple[str, tuple[click.Command, ...]]] = {
     "bench": ("Benchmarks: each prints its measurements as JSON.",
               (bench.bench_ingest, bench.bench_projection, bench.bench_accuracy, bench.bench_reconcile,
                bench.bench_dead_letter, ledger.bench_post_command, bench.bench_usage_api, collect.bench_collect,
-               openstack_bench.bench_openstack, soak.bench_soak)),
+               openstack_bench.bench_openstack, openstack_audit.bench_audit_usage, soak.bench_soak)),
     "collect": ("Collectors: read a cloud's own event stream into the ingest API.", (collect.collect_openstack,)),
     "dead-letter": ("The dead letter (rejected_events).", (dead_letter.purge,)),
     "ledger": ("The usage ledger: postings and checkpoints.", (ledger.verify_command,)),
-    "openstack": ("OpenStack clouds: credentials and scope.", (openstack.check,)),
+    "openstack": ("OpenStack clouds: credentials and scope, and the usage audit against nova's own usage.",
+                  (openstack.check, openstack_audit.audit_usage)),
     "usage": ("Usage computed from the lifecycles.", (ledger.daily_command,)),
 }
 for name, (help_text, members) in GROUPS.items():

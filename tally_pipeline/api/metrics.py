@@ -200,7 +200,47 @@ def store_families(store: Any, clouds: list[str], known: Collection[str] | None 
     for (cloud, rtype), n in sorted(unknown_counts.items()):
         unknown.add_metric([cloud, rtype], n)
     families.extend(_ledger_skips(store))
+    families.extend(_usage_audits(store, clouds))
     return families
+
+
+def _usage_audits(store: Any, clouds: list[str]) -> list[Metric]:
+    """Each configured cloud's latest usage audit against nova (``usage_audits``): one series set per
+    configured cloud, the kinds of difference a fixed set."""
+    from tally_pipeline.core.usage_audit import KINDS
+    from tally_pipeline.store.usage_audits import latest
+
+    configured = set(clouds)
+    audits = [a for a in latest(store) if a["cloud"] in configured]
+    at = GaugeMetricFamily("tally_usage_audit_last_timestamp_seconds", "When the cloud's latest usage audit against "
+                           "nova's own usage ran (Unix time).", labels=["cloud"])
+    failed = GaugeMetricFamily("tally_usage_audit_last_failed", "1 when the cloud's latest usage audit failed: a "
+                               "project's unexplained difference to nova exceeds the tolerance, or the audit could "
+                               "not be made (tally_usage_audit_last_error).", labels=["cloud"])
+    error = GaugeMetricFamily("tally_usage_audit_last_error", "1 when the cloud's latest usage audit could not be "
+                              "made (nova's usage unreadable, an empty window).", labels=["cloud"])
+    failing = GaugeMetricFamily("tally_usage_audit_projects_failing", "(project, meter) pairs of the latest audit "
+                                "whose unexplained difference exceeds the tolerance.", labels=["cloud"])
+    unexplained = GaugeMetricFamily("tally_usage_audit_unexplained", "The latest audit's unexplained difference to "
+                                    "nova, summed over projects in absolute value, in the meter's unit.",
+                                    labels=["cloud", "meter"])
+    kinds = GaugeMetricFamily("tally_usage_audit_differences", "Differences the latest audit listed, by kind "
+                              "(explained ones included).", labels=["cloud", "kind"])
+    calls = GaugeMetricFamily("tally_usage_audit_api_calls", "Pages of nova's usage API the latest audit read.",
+                              labels=["cloud"])
+    for a in audits:
+        cloud = a["cloud"]
+        at.add_metric([cloud], a["recorded_at"].timestamp())
+        failed.add_metric([cloud], int(a["status"] != "passed"))
+        error.add_metric([cloud], int(a["status"] == "error"))
+        failing.add_metric([cloud], a["projects_failing"])
+        unexplained.add_metric([cloud, "instance_hours"], float(a["unexplained_instance_hours"]))
+        unexplained.add_metric([cloud, "vcpu_hours"], float(a["unexplained_vcpu_hours"]))
+        counts = a["differences"] or {}
+        for kind in KINDS:
+            kinds.add_metric([cloud, kind], int(counts.get(kind, 0)))
+        calls.add_metric([cloud], a["api_calls"])
+    return [at, failed, error, failing, unexplained, kinds, calls]
 
 
 def _ledger_skips(store: Any) -> list[Metric]:

@@ -14,6 +14,10 @@ image           ``/image``          ``GET /v2/images`` (top-level ``next``; defa
 load-balancer   ``/load-balancer``  ``GET /v2.0/lbaas/loadbalancers`` (``loadbalancers_links``)
 ==============  ==================  ===========================================================
 
+Nova's usage API, ``GET /v2.1/os-simple-tenant-usage`` (all projects, admin) and
+``/os-simple-tenant-usage/{project}``, is computed from the same servers as nova computes it and pages
+as nova pages it (``openstack_usage``).
+
 Each type also answers GET by id (``/servers/{id}``, ``/volumes/{id}``, ``/floatingips/{id}``,
 ``/images/{id}``, ``/lbaas/loadbalancers/{id}``): 200 with the record while the platform holds
 it, 404 once it is gone; a soft-deleted server (status ``SOFT_DELETED`` among the view's deleted
@@ -112,6 +116,7 @@ class FakeOpenStack:
         self._vanishing: dict[str, tuple[str, int]] = {}  # id -> (type, pages after which it is gone)
         self._vanished: dict[str, datetime] = {}  # id -> when it was deleted
         self._pages: dict[str, int] = {}  # list pages answered per type
+        self.usage_pages = 0  # pages of os-simple-tenant-usage answered
         self._released = threading.Event()
         self._lock = threading.Lock()
         self._recorded = threading.Condition(self._lock)
@@ -195,6 +200,11 @@ class FakeOpenStack:
                 if rtype == resource_type and pages >= after:
                     del self._vanishing[rid]
                     self._vanished[rid] = self._clock()
+
+    def count_usage_page(self) -> None:
+        """One more page of nova's usage API answered (``usage_pages``)."""
+        with self._lock:
+            self.usage_pages += 1
 
     def present(self, records: list[PlatformRecord]) -> list[PlatformRecord]:
         """``records`` without the ones that vanished."""

@@ -207,6 +207,8 @@ class Handler(BaseHTTPRequestHandler):
             ]})
         if path == "/compute/v2.1/servers/detail":
             self._servers(query)
+        if path == "/compute/v2.1/os-simple-tenant-usage" or path.startswith("/compute/v2.1/os-simple-tenant-usage/"):
+            self._tenant_usage(path, query)
         self._show_routes(path)
         if path.startswith("/volume/v3/") and path.endswith("/volumes/detail"):
             volumes_url = path.rsplit("/", 2)[0]
@@ -392,6 +394,32 @@ class Handler(BaseHTTPRequestHandler):
         if not honour_deleted:
             deleted += [r for r in live_now if r.updated_at >= since_at]
         return [r for r in deleted if uuid is None or r.resource_id == uuid]
+
+    def _tenant_usage(self, path: str, query: dict[str, list[str]]) -> None:
+        """nova's usage API (``fakes/openstack_usage.py``): admins only, as nova's default policy."""
+        from tally_pipeline.fakes import openstack_usage
+
+        fake = self.fake
+        token = self._authorised("instance")
+        self._context["resource_type"] = None  # not a listing of servers
+        version = self._nova_microversion()
+        self._context["microversion"] = render.format_microversion(version)
+        headers = {"OpenStack-API-Version": f"compute {render.format_microversion(version)}"}
+        project = urllib.parse.unquote(path.rsplit("/", 1)[1]) if path.count("/") > 3 else None
+        if not token.user.admin and project != token.user.project_id:
+            raise _Reply(403, _fault_body("instance", 403, "Policy doesn't allow "
+                                          "os_compute_api:os-simple-tenant-usage:list to be performed."))
+        now = fake.now()
+        servers = [*fake.present(fake.view.records(fake.cloud, "instance", now)),
+                   *fake.view.deleted_servers(fake.cloud, datetime(1970, 1, 1, tzinfo=UTC), now),
+                   *fake.vanished_servers()]
+        try:
+            body = openstack_usage.tenant_usage(servers, query, now=now, microversion=version,
+                                                next_url=f"{fake.base_url}{path}", project_id=project)
+        except openstack_usage.UsageRequestError as exc:
+            raise _Reply(400, _fault_body("instance", 400, str(exc))) from None
+        fake.count_usage_page()
+        raise _Reply(200, body, headers)
 
     def _nova_microversion(self) -> tuple[int, int]:
         nova_max = self.fake.nova_max

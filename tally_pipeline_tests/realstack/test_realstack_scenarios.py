@@ -393,3 +393,45 @@ def test_no_real_notification_was_refused(product: Product) -> None:
     assert product.get("/v1/rejected", cloud=CLOUD)["rejected"] == []
     assert product.collector is not None
     assert product.collector.metric("tally_collector_mapped_total") > 0
+
+
+def test_the_usage_audit_against_novas_usage_is_green_then_red_when_a_posting_is_tampered_with(
+        product: Product) -> None:
+    """``tally openstack audit-usage`` over the scenarios' hours against nova's own ``os-simple-tenant-usage``:
+    green (every difference explained, or within the tolerance); one posting changed by hand makes it red,
+    naming the entity as a ``ledger_mismatch``; the posting restored, green again."""
+    from datetime import UTC, datetime, timedelta
+
+    from tally_pipeline.runtime import Runtime
+
+    product.tally("post-usage")
+    end = datetime.now(UTC).replace(microsecond=0)
+    args = ("openstack", "audit-usage", "--cloud", CLOUD, "--from", (end - timedelta(hours=6)).isoformat(),
+            "--to", end.isoformat(), "--json")
+    green = json.loads(product.tally(*args).stdout)
+    assert green["status"] == "passed", json.dumps(green, indent=1)[:6000]
+    assert green["servers"]["nova"] >= 3 and green["api_calls"] >= 1, green["servers"]
+
+    rt = Runtime.load(str(product.config_path))
+    try:
+        [(project, clamp)] = rt.store.query(
+            "SELECT project_id, max(clamp) FROM ledger_postings WHERE cloud = %s AND meter = 'instance_hours' "
+            "AND account = 'usage' GROUP BY project_id ORDER BY project_id LIMIT 1", [CLOUD])
+
+        def shift(by: str) -> None:
+            rt.store.run(lambda uow: uow.execute(
+                "UPDATE ledger_postings SET amount = amount + CAST(%s AS NUMERIC(38,6)) WHERE cloud = %s "
+                "AND project_id = %s AND meter = 'instance_hours' AND account = 'usage' AND clamp = %s",
+                [by, CLOUD, project, clamp]))
+
+        shift("5")
+        try:
+            red = json.loads(product.tally(*args, ok=(1,)).stdout)
+            assert red["status"] == "failed", json.dumps(red, indent=1)[:6000]
+            assert [(d["project_id"], d["meter"], d["amount"]) for d in red["differences"]
+                    if d["kind"] == "ledger_mismatch"] == [(project, "instance_hours", "5.000000")]
+        finally:
+            shift("-5")
+    finally:
+        rt.close()
+    assert json.loads(product.tally(*args).stdout)["status"] == "passed"

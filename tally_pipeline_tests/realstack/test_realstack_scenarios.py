@@ -10,12 +10,14 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import httpx
 import pytest
 
 from tally_pipeline.api.sync_routes import MAX_WAIT
+from tally_pipeline.runtime import Runtime
 from tally_pipeline_tests.faults import wait_until
 from tally_pipeline_tests.realstack.platform import (
     BUILD_WAIT,
@@ -400,10 +402,6 @@ def test_the_usage_audit_against_novas_usage_is_green_then_red_when_a_posting_is
     """``tally openstack audit-usage`` over the scenarios' hours against nova's own ``os-simple-tenant-usage``:
     green (every difference explained, or within the tolerance); one posting changed by hand makes it red,
     naming the entity as a ``ledger_mismatch``; the posting restored, green again."""
-    from datetime import UTC, datetime, timedelta
-
-    from tally_pipeline.runtime import Runtime
-
     product.tally("post-usage")
     end = datetime.now(UTC).replace(microsecond=0)
     args = ("openstack", "audit-usage", "--cloud", CLOUD, "--from", (end - timedelta(hours=6)).isoformat(),

@@ -33,8 +33,10 @@ from __future__ import annotations
 
 import math
 import threading
+import time
 import urllib.parse
 from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -60,7 +62,9 @@ from tally_pipeline.adapters.base import (
 )
 from tally_pipeline.adapters.openstack_pages import ListCall, MalformedPage, pages
 from tally_pipeline.config import OpenStackCloud
+from tally_pipeline.core import actions as action_rules
 from tally_pipeline.core import scope as scope_rules
+from tally_pipeline.core.actions import InstanceAction
 from tally_pipeline.core.timeutil import format_rfc3339
 from tally_pipeline.schemas import default_registry
 
@@ -285,6 +289,41 @@ class OpenStackAdapter:
         except Exception:  # noqa: BLE001 - only the date is missing: the 404 still confirms
             return answer
         return answer
+
+    def instance_actions(self, server_ids: Sequence[str], *, deadline: float | None = None
+                         ) -> dict[str, list[InstanceAction]]:
+        """Nova's instance actions of each server, the relevant ones with their events (``core/actions.py``).
+
+        One request lists a server's actions (``server_actions``); one more per action that can change
+        a status or a flavor reads its events (``get_server_action``), for their finish times. A
+        server whose actions cannot be read is left out (its corrections fall back to ``updated`` or
+        the poll); at most ``CONFIRM_CONCURRENCY`` servers are asked at once, none after ``deadline``.
+        """
+        compute = self.connection.compute
+
+        def ask(sid: str) -> list[InstanceAction] | None:
+            if deadline is not None and time.monotonic() > deadline:
+                return None
+            found = []
+            for listed in compute.server_actions(sid):
+                detail = (compute.get_server_action(listed.request_id, sid)
+                          if listed.action in action_rules.RELEVANT else None)
+                found.append(records.instance_action(listed, detail))
+            return found
+
+        def safe(sid: str) -> list[InstanceAction] | None:
+            try:
+                return ask(sid)
+            except Exception:  # noqa: BLE001 - no record read: the correction is dated without it
+                return None
+
+        ids = list(dict.fromkeys(server_ids))
+        if len(ids) <= 1:
+            answers = [safe(sid) for sid in ids]
+        else:
+            with ThreadPoolExecutor(max_workers=min(CONFIRM_CONCURRENCY, len(ids)), thread_name_prefix="actions") as pool:
+                answers = list(pool.map(safe, ids))
+        return {sid: found for sid, found in zip(ids, answers) if found is not None}
 
     def volume_type_names(self) -> dict[str, str]:
         """Cinder's volume types, id → name, private ones included (needs admin).

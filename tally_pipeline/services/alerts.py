@@ -65,7 +65,7 @@ def latest_dating(store: Store) -> list[tuple[str, str, str, int]]:
     (``action``, ``updated``, ``poll``: every source, zero included), as (cloud, type, source, count)."""
     from tally_pipeline.core.actions import DATED_BY
 
-    out = []
+    out: list[tuple[str, str, str, int]] = []
     for cloud, _, per_type, rank in sync_runs.latest_reconciled_runs(store):
         if rank != 1:
             continue

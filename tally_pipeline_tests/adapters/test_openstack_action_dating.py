@@ -11,9 +11,9 @@ from datetime import timedelta
 
 import pytest
 
+from tally_pipeline.schemas import default_registry
 from tally_pipeline.services import projection, queries
 from tally_pipeline.services.ingest import Ingestor
-from tally_pipeline.schemas import default_registry
 from tally_pipeline.store import open_store
 from tally_pipeline_tests.adapters.openstack_cloud import LARGE, NOW, SDK_NOISE, SMALL, T0, record, running_fake
 from tally_pipeline_tests.adapters.sync_cli import known, query, tally_sync, write_config
@@ -47,7 +47,7 @@ def _ingest(database: str, events: list[dict]) -> None:
         store.close()
 
 
-def test_a_status_changed_while_deaf_is_dated_by_the_action_then_updated_then_the_poll(database: str) -> None:
+def test_a_status_changed_while_deaf_is_dated_by_the_action_then_updated_then_the_poll(database: str, tmp_path) -> None:
     seen = T0 + timedelta(minutes=1)
     stop_at = T0 + timedelta(hours=7, minutes=3, seconds=12)
     stop_done = stop_at + timedelta(seconds=4)
@@ -65,7 +65,7 @@ def test_a_status_changed_while_deaf_is_dated_by_the_action_then_updated_then_th
         fake.act("srv-stopped", "stop", at=T0 + timedelta(hours=8), finish=T0 + timedelta(hours=8, seconds=2),
                  failed=True)  # a failed action explains nothing
         fake.act("srv-stale", "stop", at=T0 + timedelta(minutes=50), finish=T0 + timedelta(minutes=51))
-        config = write_config(tmp_path_of(database), fake, cloud=CLOUD, database=database,
+        config = write_config(tmp_path, fake, cloud=CLOUD, database=database,
                               cloud_options={"resource_types": ["instance"]})
         code, run, out = tally_sync(config, CLOUD, at=NOW, run_key="tick:deaf")
         asked = {r.path.split("/servers/")[1].split("/")[0] for r in fake.action_requests()}
@@ -86,17 +86,7 @@ def test_a_status_changed_while_deaf_is_dated_by_the_action_then_updated_then_th
     assert "dated by nova's stop action" in str(why[0])
 
 
-def tmp_path_of(database: str):
-    """Where the test's config goes: beside a DuckDB file, or in a fresh temporary directory for Postgres."""
-    import tempfile
-    from pathlib import Path
-
-    if database.startswith("duckdb://"):
-        return Path(database.removeprefix("duckdb://")).parent
-    return Path(tempfile.mkdtemp(prefix="tally-dating-"))
-
-
-def test_a_server_resized_and_stopped_before_its_first_sync_gets_its_past_from_its_actions(database: str) -> None:
+def test_a_server_resized_and_stopped_before_its_first_sync_gets_its_past_from_its_actions(database: str, tmp_path) -> None:
     created = T0 + timedelta(minutes=1)
     built = created + timedelta(seconds=40)
     resized = T0 + timedelta(hours=3)
@@ -119,7 +109,7 @@ def test_a_server_resized_and_stopped_before_its_first_sync_gets_its_past_from_i
             fake.act(rid, "resize", at=resized, finish=resized_done)
             fake.act(rid, "confirmResize", at=confirmed, finish=confirmed + timedelta(seconds=3))
         fake.act("srv-resized", "stop", at=stopped, finish=stopped + timedelta(seconds=6))
-        config = write_config(tmp_path_of(database), fake, cloud=CLOUD, database=database,
+        config = write_config(tmp_path, fake, cloud=CLOUD, database=database,
                               cloud_options={"resource_types": ["instance"]})
         code, run, out = tally_sync(config, CLOUD, at=NOW, run_key="tick:past")
     assert code == 0 and run["status"] == "succeeded" and run["created"] == 2, out
@@ -146,7 +136,7 @@ def test_a_server_resized_and_stopped_before_its_first_sync_gets_its_past_from_i
     assert _intervals(database, "instance", "srv-resized") == before
 
 
-def test_a_resource_created_now_keeps_the_sizes_its_history_held_before(database: str) -> None:
+def test_a_resource_created_now_keeps_the_sizes_its_history_held_before(database: str, tmp_path) -> None:
     """A volume whose create was lost: a kept transfer (no resize) says its size before it; a kept
     extend says only the new size, so the time before it is marked unknown, never dropped."""
     transferred = T0 + timedelta(hours=2)
@@ -162,7 +152,7 @@ def test_a_resource_created_now_keeps_the_sizes_its_history_held_before(database
          "payload": {"size": {"gb": 3, "volume_type": "ssd"}}},
     ])
     with running_fake([vol_known, vol_unknown]) as fake:
-        config = write_config(tmp_path_of(database), fake, cloud=CLOUD, database=database,
+        config = write_config(tmp_path, fake, cloud=CLOUD, database=database,
                               cloud_options={"resource_types": ["volume"]})
         code, run, out = tally_sync(config, CLOUD, at=NOW, run_key="tick:kept")
     assert code == 0 and run["status"] == "succeeded" and run["created"] == 2, out

@@ -171,3 +171,35 @@ def test_a_resource_created_now_keeps_the_sizes_its_history_held_before(database
         finally:
             store.close()
         assert _intervals(database, "volume", rid) == before
+
+
+def test_the_adapter_reads_nova_instance_actions_through_openstacksdk() -> None:
+    """The fake answers ``os-instance-actions`` as nova 2.84 does (newest first; each action's events with
+    start and finish times); the adapter reads the relevant ones' events, skips a server nova does not know,
+    and another project's server is a 404 to a member, as nova's policy makes it."""
+    from tally_pipeline.adapters.openstack import OpenStackAdapter
+    from tally_pipeline_tests.adapters.openstack_cloud import config
+
+    server = record("instance", "srv-acts", SMALL, "SHUTOFF", minute=1)
+    stop_at = T0 + timedelta(hours=1)
+    with running_fake([server]) as fake:
+        stop_id = fake.act("srv-acts", "stop", at=stop_at, finish=stop_at + timedelta(seconds=5))
+        fake.act("srv-acts", "lock", at=stop_at + timedelta(minutes=1), events=())
+        with OpenStackAdapter(CLOUD, config(fake)) as adapter:
+            found = adapter.instance_actions(["srv-acts", "srv-unknown"])
+            listed = adapter.connection.compute.get("/servers/srv-acts/os-instance-actions").json()
+        fake.add_user("member", "pw", project_name="other")
+        with OpenStackAdapter(CLOUD, config(fake, user="member")) as member:
+            assert member.instance_actions(["srv-acts"]) == {}
+        detail_requests = [r for r in fake.action_requests() if r.path.count("/") > 5]
+    assert set(found) == {"srv-acts"}
+    by_name = {a.action: a for a in found["srv-acts"]}
+    assert set(by_name) == {"create", "stop", "lock"}
+    stop = by_name["stop"]
+    assert stop.request_id == stop_id and stop.start_time == stop_at and not stop.failed
+    assert [(e.name, e.finish_time, e.result) for e in stop.events] == [
+        ("compute_stop_instance", stop_at + timedelta(seconds=5), "Success")]
+    assert by_name["lock"].events == ()  # not a status or flavor change: its events are not read
+    assert [a["action"] for a in listed["instanceActions"]] == ["lock", "stop", "create"]  # newest first
+    assert all("events" not in a and a["start_time"].count("+") == 0 for a in listed["instanceActions"])
+    assert len(detail_requests) == 2  # create and stop, the admin's; nothing for the member's 404

@@ -364,7 +364,11 @@ def _redated(store: Store, cloud: str, adapter: PlatformAdapter, corrections: li
         lookups.not_asked.update(wanted[room:])
         wanted = wanted[:room]
         if wanted:
-            lookups.found.update(ask(wanted, deadline=deadline))
+            # a difference found on a resource the projection held: only actions since its last event matter
+            since = {c.resource_id: c.basis.observed for c in corrections
+                     if c.action == "update" and c.basis is not None and c.basis.observed is not None}
+            lookups.found.update(ask(wanted, since={sid: since[sid] for sid in wanted if sid in since},
+                                     deadline=deadline))
             lookups.asked.update(wanted)
         actions = lookups.found
     kept = {key: _kept_updates(store, cloud, *key) for key in rules.born_unseen(corrections)}

@@ -84,6 +84,16 @@ def test_a_status_changed_while_deaf_is_dated_by_the_action_then_updated_then_th
     (why,) = query(database, "SELECT payload FROM events WHERE event_type = 'sync.update' "
                              "AND resource_id = 'srv-stopped'")
     assert "dated by nova's stop action" in str(why[0])
+    # /metrics says it too, every source named
+    from tally_pipeline.api.metrics import store_families
+
+    store = open_store(database)
+    try:
+        dated = {s.labels["source"]: s.value for f in store_families(store, [CLOUD])
+                 if f.name == "tally_sync_last_corrections_dated" for s in f.samples}
+    finally:
+        store.close()
+    assert dated == {"action": 1, "updated": 1, "poll": 1}
 
 
 def test_a_server_resized_and_stopped_before_its_first_sync_gets_its_past_from_its_actions(database: str, tmp_path) -> None:

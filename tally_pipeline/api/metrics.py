@@ -99,7 +99,14 @@ def store_families(store: Any, clouds: list[str], known: Collection[str] | None 
     the configured ones). Every other stored cloud is counted as ``other`` (its latest event, the sum of
     its counts): the page's size does not grow with what writers put in ``cloud``.
     """
-    from tally_pipeline.services.alerts import activity, last_runs, last_success, last_type_activity, latest_corrections
+    from tally_pipeline.services.alerts import (
+        activity,
+        last_runs,
+        last_success,
+        last_type_activity,
+        latest_corrections,
+        latest_dating,
+    )
     from tally_pipeline.store import asset_reads, resource_reads, sync_runs
 
     named = frozenset(clouds) if known is None else frozenset(known)
@@ -165,6 +172,11 @@ def store_families(store: Any, clouds: list[str], known: Collection[str] | None 
             corrections.add_metric([latest.cloud, rtype], n)
         if latest.previous_poll_time is not None:
             previous.add_metric([latest.cloud], latest.previous_poll_time.timestamp())
+    dated = gauge("tally_sync_last_corrections_dated", "Status and size corrections (sync.update) of the cloud's "
+                  "latest succeeded or partial sync, by what dated them: action (nova's instance actions), updated "
+                  "(the platform's last change), poll (nothing better known).", ["cloud", "resource_type", "source"])
+    for cloud, rtype, source, n in latest_dating(store):
+        dated.add_metric([cloud, rtype, source], n)
     runs = last_runs(store)
     for name, help_text, value in (
         ("tally_sync_last_failed", "1 when the cloud's latest sync failed or was partial (a type not listed, or "

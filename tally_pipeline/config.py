@@ -189,6 +189,22 @@ class MeterSettings(_Strict):
         description="platform statuses this meter does not bill, as events carry them (e.g. shelved_offloaded)")
 
 
+class AuditSettings(_Strict):
+    """The usage audit against nova's own usage (``tally openstack audit-usage``, the per-cloud
+    ``usage_audit`` checks; docs/openstack.md). A (project, meter) fails when its unexplained difference
+    exceeds ``max(tolerance_hours, tolerance_ratio × nova's figure)``."""
+
+    tolerance_hours: float = Field(default=1.0, ge=0, description="unexplained instance-hours (and vCPU-hours) "
+                                   "per project that still pass")
+    tolerance_ratio: float = Field(default=0.01, ge=0, le=1, description="unexplained share of nova's figure per "
+                                   "project that still passes")
+    rounding_seconds: int = Field(default=2, ge=0, le=3600, description="per server: a difference this small is "
+                                  "nova's rounding (it keeps launched_at and terminated_at to the second)")
+    window_hours: int = Field(default=24, gt=0, le=24 * 31, description="the Dagster check audits the last "
+                              "window_hours, up to the last whole hour")
+    page_size: int = Field(default=1000, ge=1, le=1000, description="servers per page of nova's usage API")
+
+
 class AlertSettings(_Strict):
     events_silent_after: float = Field(default=3600.0, gt=0, description="seconds without collector events")
     events_active_window: float = Field(default=86400.0, gt=0, description="seconds: only clouds active this recently")
@@ -383,6 +399,7 @@ class TallyConfig(_Strict):
     meters: dict[str, MeterSettings] = Field(default_factory=dict)
     api: ApiSettings = Field(default_factory=ApiSettings)
     alerts: AlertSettings = Field(default_factory=AlertSettings)
+    audit: AuditSettings = Field(default_factory=AuditSettings)
     dead_letter: DeadLetterSettings = Field(default_factory=DeadLetterSettings)
     analytics: AnalyticsSettings = Field(default_factory=AnalyticsSettings)
     collector: CollectorSettings = Field(default_factory=CollectorSettings)

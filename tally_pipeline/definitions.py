@@ -17,6 +17,7 @@ import dagster as dg
 
 from tally_pipeline.config import ConfigError
 from tally_pipeline.defs.ingest.batches import raw_event_batches_asset
+from tally_pipeline.defs.ledger.usage_audit import usage_audit_defs
 from tally_pipeline.defs.reconciliation.per_cloud import reconciliation_defs
 from tally_pipeline.defs.statements.assets import statements_defs
 from tally_pipeline.defs.usage.assets import usage_daily_asset
@@ -41,8 +42,10 @@ def configured_definitions(described: location.Location) -> dg.Definitions:
     """What the config shapes: the reconciliation of each cloud, the daily partitions from ``first_day``, and
     the monthly statements from its month."""
     days = daily_partitions(described.config)
+    providers = {name: entry.provider for name, entry in described.config.clouds.items()}
     return dg.Definitions.merge(
         reconciliation_defs(described.cloud_names()),
+        usage_audit_defs(described.cloud_names(), providers),
         dg.Definitions(assets=[raw_event_batches_asset(days), usage_daily_asset(days)]),
         statements_defs(monthly_partitions(described.config)),
     )

@@ -50,7 +50,11 @@ def sync(rt: Runtime, cloud: str, run_key: str | None, at: str | None, as_json: 
             state = f"{outcome.listed} listed" if outcome.status == "enumerated" else f"FAILED: {outcome.reason}"
             skipped = outcome.skipped_total
             click.echo(f"  {rtype:14} {state}, {outcome.corrections} corrections, {outcome.deferred} deferred"
-                       + (f", {skipped} skipped" if skipped else "") + (", guard tripped" if outcome.guard_tripped else ""))
+                       + (f", {skipped} skipped" if skipped else "") + (", guard tripped" if outcome.guard_tripped else "")
+                       + (f"; updates dated by {', '.join(f'{k} {v}' for k, v in outcome.dated_by.items())}"
+                          if outcome.dated_by else "")
+                       + (f"; {outcome.size_unknown} created on a size unknown before a resize"
+                          if outcome.size_unknown else ""))
     if run.status == "failed":
         raise SystemExit(1)
 

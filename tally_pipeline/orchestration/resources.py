@@ -238,6 +238,14 @@ class Ledger(TallyStore):
         return close_month(rt.store, rt.registry, cloud=cloud, month=month, now=now,
                            ingest_lag=rt.config.ledger.ingest_lag)
 
+    def audit_usage(self, cloud: str, adapter: Any, start: datetime, end: datetime, *, now: datetime) -> Any:
+        """The usage audit of ``cloud`` over ``[start, end)`` against its platform's own usage, kept in
+        ``usage_audits`` (``services/usage_audit.py``)."""
+        from tally_pipeline.services.usage_audit import audit_usage
+
+        rt = self._rt()
+        return audit_usage(rt.store, rt.registry, cloud, adapter, start, end, rt.config.audit, now=now)
+
 
 class AdapterSource(Protocol):
     """Gives the platform adapter of a cloud."""

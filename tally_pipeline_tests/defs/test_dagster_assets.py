@@ -354,6 +354,12 @@ def test_monthly_statement_waits_then_states_then_restates_late_usage(setup) -> 
         1, 1, 0, 1)
     first = rt.store.query("SELECT version, quantity FROM usage_statements WHERE cloud = 'c1' AND month = '2026-02'")
     assert [(v, float(q)) for v, q in first] == [(1, 19 * 24 * 10.0)]
+    if rt.store.dialect == "duckdb":  # the analysts' Parquet snapshot holds the statement (Postgres serves them directly)
+        import duckdb
+
+        folder = Path(str(stated["analyst_snapshot"]))
+        parquet = duckdb.sql(f"SELECT month, version, quantity FROM '{folder / 'usage_statements.parquet'}'").fetchall()
+        assert [(m, v, float(q)) for m, v, q in parquet] == [("2026-02", 1, 4560.0)]
 
     # late usage for February: the next cycle posts it, the next run re-states it as version 2
     ingestor.ingest([vol_event("s2", "vt", "create", datetime(2026, 2, 20, tzinfo=UTC)),

@@ -327,6 +327,11 @@ class CollectorSettings(_Strict):
     max_buffered_events: int = Field(default=1_000_000, ge=1)
     max_buffered_bytes: int = Field(default=1 << 30, ge=1024)
     max_bus_rejections: int = Field(default=100_000, ge=1, description="rejected bus messages kept (oldest go)")
+    max_rejected_bytes: int = Field(default=64 << 20, ge=64 << 10,
+                                    description="bytes the rejected log keeps at most (oldest go, counted)")
+    buffer_reserve_bytes: int = Field(
+        default=8 << 20, ge=0, description="disk kept allocated beside the buffer and freed when the disk is full, "
+                                           "so the sender can still take events out (0: none)")
     drain_timeout: float = Field(default=20.0, ge=0, description="seconds to empty the buffer after SIGTERM")
 
     @field_validator("topics")

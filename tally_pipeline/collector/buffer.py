@@ -52,7 +52,7 @@ SCHEMA_VERSION = 2
 Order = Literal["oldest", "newest"]
 T = TypeVar("T")
 #: What a rejected row weighs against ``max_rejected_bytes``: its body and its message, in bytes.
-_ROW_BYTES = "length(CAST({0}body AS BLOB)) + coalesce(length(CAST({0}message AS BLOB)), 0)"
+_ROW_BYTES = "(length(CAST({0}body AS BLOB)) + coalesce(length(CAST({0}message AS BLOB)), 0))"
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS buffered (

@@ -142,7 +142,9 @@ def raw_copy(body: bytes) -> RawCopy:
 def raw_text(body: bytes, limit: int = EXCERPT_BYTES) -> str:
     """The body as text for the rejected log: credentials masked first (``scrub``), undecodable bytes
     shown as escapes, cut to ``limit`` bytes (and then saying how many more there were)."""
-    text = scrub_body(body)  # the whole body: a credential is found in its JSON, not in a cut piece
+    # The whole body: a credential is found in its JSON, not in a cut piece. A NUL is shown as an escape
+    # (SQLite's text functions stop at one, so the log's byte count would drift).
+    text = scrub_body(body).replace("\x00", "\\x00")
     if len(text) <= limit // 4:  # at most 4 bytes a character: surely within the bound
         return text
     data = text.encode("utf-8", "backslashreplace")

@@ -235,10 +235,14 @@ class LandingSettings(_Strict):
     max_ratio: int = Field(default=100, ge=1, description="decompressed over compressed size of a gzip file")
     excerpt_bytes: int = Field(default=64 * 1024, ge=256, description="of a refused item, kept in the dead letter")
     follow_symlinks: bool = Field(default=False, description="read a landing file given by a symlink")
+    max_rejected_rows: int = Field(default=1000, ge=1, description="refused items of one file kept in the dead "
+                                   "letter one by one; the rest counted in one too_many_rejections row")
+    max_rejected_bytes: int = Field(default=16 * 1024 * 1024, ge=1024,
+                                    description="bytes of one file's dead-letter rows (texts and messages), at most")
 
     def limits(self) -> LandingLimits:
         return LandingLimits(self.max_item_bytes, self.max_file_bytes, self.max_ratio, self.excerpt_bytes,
-                             self.follow_symlinks)
+                             self.follow_symlinks, self.max_rejected_rows, self.max_rejected_bytes)
 
 
 class ApiSettings(_Strict):

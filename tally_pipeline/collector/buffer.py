@@ -430,6 +430,10 @@ class DiskBuffer:
 
         A reserve is made only with as much again free beside it, so a disk that just drained a little
         does not go straight back to full."""
+        with self._lock:
+            return self._keep_reserve_locked()
+
+    def _keep_reserve_locked(self) -> bool:
         if self.reserve_bytes == 0:
             self.disk_full = None
             return True
@@ -461,9 +465,13 @@ class DiskBuffer:
             con = self._con
             if con.execute("PRAGMA auto_vacuum").fetchone()[0] == 2:  # a buffer made before: no vacuum
                 step = max(16, self.reserve_bytes // con.execute("PRAGMA page_size").fetchone()[0] // 8)
-                while con.execute("PRAGMA freelist_count").fetchone()[0] > 0:
+                free = con.execute("PRAGMA freelist_count").fetchone()[0]
+                while free > 0:
                     con.executescript(f"PRAGMA incremental_vacuum({step});")  # execute() frees one page a step
                     con.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()
+                    free, before = con.execute("PRAGMA freelist_count").fetchone()[0], free
+                    if free >= before:  # nothing moved (another connection holds a read): next time
+                        break
             con.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()
 
     @contextlib.contextmanager

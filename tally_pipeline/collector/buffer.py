@@ -428,8 +428,8 @@ class DiskBuffer:
     def _keep_reserve(self) -> bool:
         """Have the reserve allocated; True when it is (then the buffer takes events again).
 
-        A reserve is made only with as much again free beside it, so a disk that just drained a little
-        does not go straight back to full."""
+        A reserve is made only with a quarter of it (at least 1 MiB) free beside it, so a disk that just
+        drained a little does not go straight back to full."""
         with self._lock:
             return self._keep_reserve_locked()
 
@@ -445,8 +445,9 @@ class DiskBuffer:
                 return True
         try:
             fs = os.statvfs(self.dir)
-            if fs.f_bavail * fs.f_frsize < 2 * self.reserve_bytes:
-                raise OSError(errno.ENOSPC, "less free space than twice the reserve")
+            headroom = max(self.reserve_bytes // 4, 1 << 20)
+            if fs.f_bavail * fs.f_frsize < self.reserve_bytes + headroom:
+                raise OSError(errno.ENOSPC, f"less free space than the reserve and {headroom} bytes more")
             _allocate(self.reserve, self.reserve_bytes)
         except OSError as exc:
             if self.disk_full is None:

@@ -29,6 +29,7 @@ from tally_pipeline.bench.oslo_bus import PoolListener, ServicePublishers
 from tally_pipeline.bench.serve_process import ServeProcess
 from tally_pipeline.collector.buffer import buffer_status
 from tally_pipeline.collector.openstack import Unmapped, map_notification
+from tally_pipeline.config import CollectorSettings
 from tally_pipeline.core.timeutil import parse_rfc3339
 from tally_pipeline_tests.collector.openstack_samples import sample, service_samples, versioned_sample
 from tally_pipeline_tests.faults import TOKEN, migrate, tokens_file, wait_until
@@ -277,16 +278,15 @@ def disk_used(path: Path) -> int:
 def test_a_full_buffer_disk_says_so_and_drains_everything_once_the_api_is_back(
         cloud: Cloud, api_files: tuple[str, Path, Path], tmp_path: Path) -> None:
     url, api_tokens, token = api_files
-    reserve = 4 * MiB
-    with small_disk(12 * MiB) as disk, ServeProcess(url, tokens_file=api_tokens, log_path=tmp_path / "serve.log") as api:
-        with collector(cloud, api.url, tmp_path, token, buffer_dir=disk / "buffer", buffer_reserve_bytes=reserve,
-                       drain_timeout=60) as c:
+    reserve = CollectorSettings().buffer_reserve_bytes  # as shipped: 8 MiB
+    with small_disk(16 * MiB) as disk, ServeProcess(url, tokens_file=api_tokens, log_path=tmp_path / "serve.log") as api:
+        with collector(cloud, api.url, tmp_path, token, buffer_dir=disk / "buffer", drain_timeout=60) as c:
             c.start(bound=len(EXCHANGES))
             assert httpx.get(f"{c.url}/healthz").status_code == 200
             # The API is down: the buffer fills its disk, then refuses (the rest stays in the broker).
             chunks = 0
             while (c.health() or {}).get("buffer", "").startswith("writable"):
-                assert chunks < 40, "12 MiB should have filled long before"
+                assert chunks < 40, "16 MiB should have filled long before"
                 cloud.publish([m for i in range(250 * chunks, 250 * (chunks + 1)) for m in stream(i)])
                 chunks += 1
                 wait_until(lambda: c.metric("tally_collector_buffer_blocked") == 1
@@ -310,7 +310,7 @@ def test_a_full_buffer_disk_says_so_and_drains_everything_once_the_api_is_back(
             assert (disk / "buffer" / "reserve").stat().st_size == reserve
             assert c.stop() == 0
             assert "the disk holding" in c.log_text()
-    print(f"\nfull disk (12 MiB tmpfs, 4 MiB reserve): {int(held)} events held, {per_event:.0f} B of disk each; "
+    print(f"\nfull disk (16 MiB tmpfs, {reserve >> 20} MiB reserve): {int(held)} events held, {per_event:.0f} B of disk each; "
           f"{len(expected)} events stored {drained:.1f} s after the API came back")
 
 

@@ -40,11 +40,13 @@ def on_disk(buffer_dir: Path) -> int:
     return sum(p.stat().st_size for p in buffer_dir.iterdir() if p.is_file() and p.name != RESERVE_NAME)
 
 
-def test_a_full_disk_refuses_new_events_and_still_drains_everything_it_holds() -> None:
-    with small_disk(16 * MiB) as disk:
-        buf = DiskBuffer(disk / "buffer", reserve_bytes=4 * MiB)
+@pytest.mark.parametrize("disk_mib, reserve_mib", [(16, 4), (12, 8)])  # a reserve of most of the disk too
+def test_a_full_disk_refuses_new_events_and_still_drains_everything_it_holds(disk_mib: int, reserve_mib: int) -> None:
+    reserve = reserve_mib * MiB
+    with small_disk(disk_mib * MiB) as disk:
+        buf = DiskBuffer(disk / "buffer", reserve_bytes=reserve)
         try:
-            assert (disk / "buffer" / RESERVE_NAME).stat().st_size == 4 * MiB
+            assert (disk / "buffer" / RESERVE_NAME).stat().st_size == reserve
             offered = 0
             with pytest.raises(BufferDiskFull, match="is full"):
                 for _ in range(1000):
@@ -62,8 +64,8 @@ def test_a_full_disk_refuses_new_events_and_still_drains_everything_it_holds() -
                 buf.settle(done=[i.seq for i in items], rejected=(), now=time.time())
             assert sorted(sent) == sorted(e for e, _, _ in entries(0, held))  # every one, once
             assert buf.count() == 0 and buf.disk_full is None and not buf.gauges().disk_full
-            assert (disk / "buffer" / RESERVE_NAME).stat().st_size == 4 * MiB  # the reserve is back
-            assert free_bytes(disk) > 8 * MiB  # the pages went back to the file system
+            assert (disk / "buffer" / RESERVE_NAME).stat().st_size == reserve  # the reserve is back
+            assert free_bytes(disk) > (disk_mib - reserve_mib - 1) * MiB  # the pages went back to the file system
             buf.append(entries(offered, 100), now=time.time())  # and it takes events again
             assert buf.count() == 100
         finally:
@@ -74,7 +76,7 @@ def test_a_buffer_started_on_a_full_disk_refuses_events_until_there_is_room() ->
     with small_disk(4 * MiB) as disk:
         filler = disk / "filler"
         filler.write_bytes(b"x" * (3 * MiB))
-        buf = DiskBuffer(disk / "buffer", reserve_bytes=1 * MiB)  # no room for twice the reserve
+        buf = DiskBuffer(disk / "buffer", reserve_bytes=1 * MiB)  # no room for the reserve and 1 MiB more
         try:
             assert buf.disk_full is not None and "reserve" in buf.disk_full
             with pytest.raises(BufferDiskFull):

@@ -19,6 +19,7 @@ from tally_pipeline.commands import (
     serve,
     snapshot,
     soak,
+    sql,
     sync,
 )
 from tally_pipeline.commands._options import with_runtime
@@ -54,7 +55,7 @@ def db_migrate(rt: Runtime) -> None:
 
 # Every command, listed in one place; each is defined at module level in commands/<area>.py.
 for command in (serve.serve, ingest.ingest, snapshot.snapshot, demo.demo, query.history, query.inventory,
-                query.projection_group, sync.sync, sync.sync_runs, sync.sync_remote, ledger.post_usage_command,
+                query.projection_group, sql.sql, sync.sync, sync.sync_runs, sync.sync_remote, ledger.post_usage_command,
                 collector.collector):
     main.add_command(command)
 

@@ -15,6 +15,7 @@ from tally_pipeline.commands import (
     openstack,
     openstack_audit,
     openstack_bench,
+    openstack_simulate,
     query,
     serve,
     snapshot,
@@ -67,8 +68,9 @@ GROUPS: dict[str, tuple[str, tuple[click.Command, ...]]] = {
     "collect": ("Collectors: read a cloud's own event stream into the ingest API.", (collect.collect_openstack,)),
     "dead-letter": ("The dead letter (rejected_events).", (dead_letter.purge,)),
     "ledger": ("The usage ledger: postings and checkpoints.", (ledger.verify_command,)),
-    "openstack": ("OpenStack clouds: credentials and scope, and the usage audit against nova's own usage.",
-                  (openstack.check, openstack_audit.audit_usage)),
+    "openstack": ("OpenStack clouds: credentials and scope, the usage audit against nova's own usage, and a "
+                  "simulated cloud served as OpenStack.",
+                  (openstack.check, openstack_audit.audit_usage, openstack_simulate.simulate)),
     "usage": ("Usage computed from the lifecycles.", (ledger.daily_command,)),
 }
 for name, (help_text, members) in GROUPS.items():

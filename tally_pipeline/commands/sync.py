@@ -9,6 +9,7 @@ import click
 
 from tally_pipeline.commands._options import with_runtime
 from tally_pipeline.core.timeutil import TimestampError, format_rfc3339, parse_rfc3339
+from tally_pipeline.core.type_summary import cause_of
 from tally_pipeline.runtime import Runtime
 from tally_pipeline.services.errors import UnknownCloud
 
@@ -45,8 +46,9 @@ def run_lines(run: SyncRun) -> list[str]:
     seen: dict[str | None, str] = {}
     for rtype, outcome in run.per_type.items():
         if outcome.status != "enumerated":
-            same = seen.get(outcome.reason)
-            seen.setdefault(outcome.reason, rtype)
+            cause, _ = cause_of(outcome.reason)  # the same failure, whatever request id each call carried
+            same = seen.get(cause)
+            seen.setdefault(cause, rtype)
             lines.append(f"  {rtype:14} NOT LISTED: " + (f"the same error as {same}" if same else str(outcome.reason)))
             continue
         notes = ([f"{outcome.skipped_total} skipped"] if outcome.skipped_total else []) + (

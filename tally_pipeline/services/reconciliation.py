@@ -36,7 +36,7 @@ from tally_pipeline.adapters.base import (
 from tally_pipeline.core import reconcile as rules
 from tally_pipeline.core.errors import TallyError
 from tally_pipeline.core.timeutil import to_utc
-from tally_pipeline.core.type_summary import TypeSummary
+from tally_pipeline.core.type_summary import TypeSummary, grouped_causes
 from tally_pipeline.services import projection
 from tally_pipeline.services.ingest import Ingestor
 from tally_pipeline.store import sync_runs as runs_sql
@@ -435,19 +435,10 @@ def _summarise(run: SyncRun, first: rules.Plan, last: rules.Plan, stored: dict[s
     # A guard that held deletes leaves the type unreconciled as surely as a failed listing: partial.
     run.status = ("failed" if failed and len(failed) == len(first.types)
                   else "partial" if failed or guarded else "succeeded")
-    problems = _grouped_by_reason({t: first.types[t].reason for t in failed})
+    problems = grouped_causes({t: first.types[t].reason for t in failed})
     problems += [f"{t}: mass_delete_guard held deletes: {first.types[t].guard_detail}" for t in sorted(guarded)]
     if problems:
         run.error = "; ".join(problems)[:2000]
-
-
-def _grouped_by_reason(reasons: dict[str, str | None]) -> list[str]:
-    """One ``"type, type: reason"`` per distinct reason (types sorted, reasons in the order of their first
-    type): a platform that refuses every listing for one cause (keystone down) says so once, not per type."""
-    by_reason: dict[str | None, list[str]] = {}
-    for rtype in sorted(reasons):
-        by_reason.setdefault(reasons[rtype], []).append(rtype)
-    return [f"{', '.join(types)}: {reason}" for reason, types in by_reason.items()]
 
 
 def sync_runs(store: Store, *, cloud: str | None = None, limit: int = 20) -> list[dict[str, Any]]:

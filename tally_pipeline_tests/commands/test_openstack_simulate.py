@@ -3,6 +3,7 @@ clouds.yaml entry used by a real openstacksdk client and by `tally sync`, stoppe
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import select
@@ -86,6 +87,18 @@ def test_a_real_client_lists_the_servers_from_the_printed_entry(simulated, tmp_p
     assert synced.returncode == 0, synced.stdout + synced.stderr
     row = next(line.split() for line in synced.stdout.splitlines() if line.split()[:1] == ["instance"])
     assert int(row[1]) == live["instance"]  # listed
+
+    # Keystone refusing the credentials fails every type for one cause: said once, not once per type
+    path.write_text(yaml.safe_dump(clouds).replace(entry["auth"]["password"], "wrong-password"))
+    refused = subprocess.run([sys.executable, "-m", "tally_pipeline", "sync", "sim", "--config", str(config)],
+                             capture_output=True, text=True, timeout=300, env=env)
+    assert refused.returncode == 1
+    assert refused.stdout.count("authentication refused") == 1, refused.stdout
+    assert refused.stdout.count("NOT LISTED: the same error as ") == 4, refused.stdout
+    runs = subprocess.run([sys.executable, "-m", "tally_pipeline", "sync-runs", "--config", str(config), "--limit", "1"],
+                          capture_output=True, text=True, timeout=120, env=env)
+    error = json.loads(runs.stdout)[0]["error"]
+    assert error.startswith("floating_ip, image, instance, load_balancer, volume: ") and error.count("refused") == 1
 
     os.killpg(proc.pid, signal.SIGINT)  # Ctrl-C
     assert proc.wait(timeout=60) == 0

@@ -31,6 +31,10 @@ def _run(url: str, sql: str, fmt: str, wait: float) -> bool:
 
 def _shell(url: str, fmt: str, wait: float) -> None:
     """Statements ended by ``;``, each run as it is complete; ``.quit`` or end of input leaves."""
+    try:
+        import readline  # noqa: F401 - line editing and history for input(), where the platform has it
+    except ImportError:
+        pass
     click.echo(f"read-only SQL on {url.split('@')[-1]}; end a statement with ';', leave with .quit or Ctrl-D", err=True)
     pending: list[str] = []
     while True:

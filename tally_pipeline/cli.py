@@ -22,6 +22,7 @@ from tally_pipeline.commands import (
     soak,
     sql,
     sync,
+    usage,
 )
 from tally_pipeline.commands._options import with_runtime
 from tally_pipeline.redaction import redact_unconfigured_logging
@@ -71,7 +72,8 @@ GROUPS: dict[str, tuple[str, tuple[click.Command, ...]]] = {
     "openstack": ("OpenStack clouds: credentials and scope, the usage audit against nova's own usage, and a "
                   "simulated cloud served as OpenStack.",
                   (openstack.check, openstack_audit.audit_usage, openstack_simulate.simulate)),
-    "usage": ("Usage computed from the lifecycles.", (ledger.daily_command,)),
+    "usage": ("Usage computed from the lifecycles, and monthly statements.",
+              (ledger.daily_command, usage.show, usage.state)),
 }
 for name, (help_text, members) in GROUPS.items():
     group = click.Group(name, help=help_text)

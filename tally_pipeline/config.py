@@ -251,10 +251,14 @@ class LandingSettings(_Strict):
     max_ratio: int = Field(default=100, ge=1, description="decompressed over compressed size of a gzip file")
     excerpt_bytes: int = Field(default=64 * 1024, ge=256, description="of a refused item, kept in the dead letter")
     follow_symlinks: bool = Field(default=False, description="read a landing file given by a symlink")
+    max_rejected_rows: int = Field(default=1000, ge=1, description="refused items of one file kept in the dead "
+                                   "letter one by one; the rest counted in one too_many_rejections row")
+    max_rejected_bytes: int = Field(default=16 * 1024 * 1024, ge=1024,
+                                    description="bytes of one file's dead-letter rows (texts and messages), at most")
 
     def limits(self) -> LandingLimits:
         return LandingLimits(self.max_item_bytes, self.max_file_bytes, self.max_ratio, self.excerpt_bytes,
-                             self.follow_symlinks)
+                             self.follow_symlinks, self.max_rejected_rows, self.max_rejected_bytes)
 
 
 class ApiSettings(_Strict):
@@ -343,6 +347,11 @@ class CollectorSettings(_Strict):
     max_buffered_events: int = Field(default=1_000_000, ge=1)
     max_buffered_bytes: int = Field(default=1 << 30, ge=1024)
     max_bus_rejections: int = Field(default=100_000, ge=1, description="rejected bus messages kept (oldest go)")
+    max_rejected_bytes: int = Field(default=64 << 20, ge=64 << 10,
+                                    description="bytes the rejected log keeps at most (oldest go, counted)")
+    buffer_reserve_bytes: int = Field(
+        default=8 << 20, ge=0, description="disk kept allocated beside the buffer and freed when the disk is full, "
+                                           "so the sender can still take events out (0: none)")
     drain_timeout: float = Field(default=20.0, ge=0, description="seconds to empty the buffer after SIGTERM")
 
     @field_validator("topics")

@@ -52,7 +52,10 @@ def run_lines(run: SyncRun) -> list[str]:
             lines.append(f"  {rtype:14} NOT LISTED: " + (f"the same error as {same}" if same else str(outcome.reason)))
             continue
         notes = ([f"{outcome.skipped_total} skipped"] if outcome.skipped_total else []) + (
-            ["guard held its deletes"] if outcome.guard_tripped else [])
+            ["guard held its deletes"] if outcome.guard_tripped else []) + (
+            [f"updates dated by {', '.join(f'{k} {v}' for k, v in outcome.dated_by.items())}"]
+            if outcome.dated_by else []) + (
+            [f"{outcome.size_unknown} created on a size unknown before a resize"] if outcome.size_unknown else [])
         lines.append(f"  {rtype:14} {outcome.listed:>7} {outcome.created:>8} {outcome.updated:>8} {outcome.deleted:>8} "
                      f"{outcome.recovered:>10} {outcome.deferred:>9}" + (f"  ({', '.join(notes)})" if notes else ""))
     return lines

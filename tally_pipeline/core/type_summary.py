@@ -56,6 +56,15 @@ class TypeSummary:
     never_ran: dict[str, int] = field(default_factory=dict)  # failed builds not billed, by why
     stuck_transition: int = 0
     restarts: int = 0
+    #: What dated each stored status or size correction (``sync.update``): ``action`` (nova's instance
+    #: actions), ``updated`` (the platform's last change), ``poll`` (nothing better known).
+    dated_by: dict[str, int] = field(default_factory=dict)
+    #: Lifecycles opened on a size not known before a resize (nothing kept says the older one).
+    size_unknown: int = 0
+    #: Resources whose platform record of actions was asked for (nova: os-instance-actions), and
+    #: those not asked for because the run's bound on them was reached.
+    actions_asked: int = 0
+    actions_not_asked: int = 0
 
     @property
     def skipped_total(self) -> int:

@@ -21,7 +21,7 @@ from tally_pipeline.store.duckdb.store import DuckDBStore
 #: The tables analysts read (docs/data-dictionary.md), in the order they are written.
 SNAPSHOT_TABLES = (
     "events", "rejected_events", "current_resources", "resource_intervals", "sync_runs", "sync_deferrals",
-    "usage_daily", "usage_checkpoints", "ledger_postings",
+    "usage_daily", "usage_checkpoints", "ledger_postings", "usage_statements", "statement_months",
 )
 MANIFEST = "_snapshot.json"
 

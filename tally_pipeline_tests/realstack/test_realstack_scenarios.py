@@ -263,12 +263,19 @@ def test_what_changes_while_the_collector_is_deaf_is_reconciled(conn: Any, produ
     for server in (live, stopped):
         truth = server_times(conn, server.id)
         assert truth is not None, server.id
-        [interval] = product.lifecycle("instance", server.id)
+        first = product.lifecycle("instance", server.id)[0]
         assert sources(product.events("instance", server.id)) == {"reconciliation"}
-        assert interval.end is None and truth.launched is not None and abs(interval.start - truth.launched) <= SLACK
-    # The listing shows today's status only: dated from the launch, not from the stop (nova's instance actions
-    # know when it stopped; reconciliation does not read them yet).
-    assert product.lifecycle("instance", stopped.id)[0].status == "shutoff"
+        assert truth.launched is not None and abs(first.start - truth.launched) <= SLACK
+        assert first.status == "active"
+    [interval] = product.lifecycle("instance", live.id)
+    assert interval.end is None
+    # The server stopped while nobody listened gets its past from nova's instance actions: active from the
+    # launch, shutoff from the stop action (its last event's finish), not from the sync's poll.
+    ran, off = product.lifecycle("instance", stopped.id)
+    [stop] = actions(conn, stopped.id)["stop"]
+    assert stop.finish is not None and ran.end == off.start and off.status == "shutoff" and off.end is None
+    assert abs(off.start - stop.finish) <= 10, (off, stop)
+    assert run["per_type"]["instance"]["dated_by"].get("action", 0) >= 1, run["per_type"]["instance"]
 
     truth = server_times(conn, between.id)
     assert truth is not None, between.id

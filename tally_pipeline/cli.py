@@ -15,10 +15,12 @@ from tally_pipeline.commands import (
     openstack,
     openstack_audit,
     openstack_bench,
+    openstack_simulate,
     query,
     serve,
     snapshot,
     soak,
+    sql,
     sync,
     usage,
 )
@@ -55,7 +57,7 @@ def db_migrate(rt: Runtime) -> None:
 
 # Every command, listed in one place; each is defined at module level in commands/<area>.py.
 for command in (serve.serve, ingest.ingest, snapshot.snapshot, demo.demo, query.history, query.inventory,
-                query.projection_group, sync.sync, sync.sync_runs, sync.sync_remote, ledger.post_usage_command,
+                query.projection_group, sql.sql, sync.sync, sync.sync_runs, sync.sync_remote, ledger.post_usage_command,
                 collector.collector):
     main.add_command(command)
 
@@ -67,8 +69,9 @@ GROUPS: dict[str, tuple[str, tuple[click.Command, ...]]] = {
     "collect": ("Collectors: read a cloud's own event stream into the ingest API.", (collect.collect_openstack,)),
     "dead-letter": ("The dead letter (rejected_events).", (dead_letter.purge,)),
     "ledger": ("The usage ledger: postings and checkpoints.", (ledger.verify_command,)),
-    "openstack": ("OpenStack clouds: credentials and scope, and the usage audit against nova's own usage.",
-                  (openstack.check, openstack_audit.audit_usage)),
+    "openstack": ("OpenStack clouds: credentials and scope, the usage audit against nova's own usage, and a "
+                  "simulated cloud served as OpenStack.",
+                  (openstack.check, openstack_audit.audit_usage, openstack_simulate.simulate)),
     "usage": ("Usage computed from the lifecycles, and monthly statements.",
               (ledger.daily_command, usage.show, usage.state)),
 }

@@ -97,7 +97,7 @@ class FakeAction:
 
 
 class FakeOpenStack:
-    """A fake OpenStack cloud on ``127.0.0.1:<free port>``, backed by a ``PlatformView``.
+    """A fake OpenStack cloud on ``127.0.0.1:<port>`` (a free one by default), backed by a ``PlatformView``.
 
     Use as a context manager (or ``start()``/``stop()``). ``auth_url`` is the keystone endpoint;
     ``auth()`` and ``clouds_yaml_entry()`` give ready-made client settings.
@@ -113,8 +113,10 @@ class FakeOpenStack:
         nova_max_microversion: str = "2.96",
         region: str = "RegionOne",
         hang_limit: float = 30.0,
+        port: int = 0,
     ):
         self.view = view
+        self.requested_port = port  # 0: a free port
         self.cloud = cloud
         self.region = region
         self.hang_limit = hang_limit
@@ -391,7 +393,7 @@ class FakeOpenStack:
         self._released.clear()
         from tally_pipeline.fakes.openstack_http import Handler
 
-        httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        httpd = ThreadingHTTPServer(("127.0.0.1", self.requested_port), Handler)
         httpd.fake = self  # type: ignore[attr-defined]
         self._httpd = httpd
         self._thread = threading.Thread(target=httpd.serve_forever, kwargs={"poll_interval": 0.05},

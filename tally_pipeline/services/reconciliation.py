@@ -37,7 +37,7 @@ from tally_pipeline.core import reconcile as rules
 from tally_pipeline.core.actions import InstanceAction
 from tally_pipeline.core.errors import TallyError
 from tally_pipeline.core.timeutil import to_utc
-from tally_pipeline.core.type_summary import TypeSummary
+from tally_pipeline.core.type_summary import TypeSummary, grouped_causes
 from tally_pipeline.services import projection
 from tally_pipeline.services.ingest import Ingestor
 from tally_pipeline.store import resource_reads
@@ -519,7 +519,7 @@ def _summarise(run: SyncRun, first: rules.Plan, last: rules.Plan, stored: dict[s
     # A guard that held deletes leaves the type unreconciled as surely as a failed listing: partial.
     run.status = ("failed" if failed and len(failed) == len(first.types)
                   else "partial" if failed or guarded else "succeeded")
-    problems = [f"{t}: {first.types[t].reason}" for t in sorted(failed)]
+    problems = grouped_causes({t: first.types[t].reason for t in failed})
     problems += [f"{t}: mass_delete_guard held deletes: {first.types[t].guard_detail}" for t in sorted(guarded)]
     if problems:
         run.error = "; ".join(problems)[:2000]

@@ -24,6 +24,7 @@ from tally_pipeline_tests.realstack.platform import (
     actions,
     boot,
     delete_server,
+    delete_volume,
     nova_usage_seconds,
     server_times,
 )
@@ -149,8 +150,7 @@ def test_volumes_floating_ips_and_images_while_the_collector_listens(conn: Any, 
                    and conn.block_storage.get_volume(volume.id).status == "available", f"volume extended to {size}",
                    BUILD_WAIT)
         sizes.append(size)
-    conn.block_storage.delete_volume(volume.id)
-    conn.block_storage.wait_for_delete(conn.block_storage.get_volume(volume.id), wait=BUILD_WAIT)
+    delete_volume(conn, volume.id)
     deleted = time.time()
 
     network = conn.network.find_network("rs-public")
@@ -244,8 +244,7 @@ def test_what_changes_while_the_collector_is_deaf_is_reconciled(conn: Any, produ
     delete_server(conn, between.id)
     delete_server(conn, kept_server.id)
     volume_deleted_after = time.time()
-    conn.block_storage.delete_volume(kept_volume.id)
-    conn.block_storage.wait_for_delete(conn.block_storage.get_volume(kept_volume.id), wait=BUILD_WAIT)
+    delete_volume(conn, kept_volume.id)
     conn.network.delete_ip(kept_fip.id)
     conn.image.delete_image(kept_image.id)
     volume = conn.block_storage.create_volume(size=1, name="rs-deaf-extended")
@@ -279,7 +278,9 @@ def test_what_changes_while_the_collector_is_deaf_is_reconciled(conn: Any, produ
 
     truth = server_times(conn, between.id)
     assert truth is not None, between.id
-    [recovered] = product.lifecycle("instance", between.id)
+    recovered_life = product.lifecycle("instance", between.id)
+    assert len(recovered_life) == 1, (truth, product.events("instance", between.id), run["per_type"]["instance"])
+    [recovered] = recovered_life
     assert truth.terminated is not None and recovered.end is not None
     assert truth.launched is not None and abs(recovered.start - truth.launched) <= SLACK
     assert abs(recovered.end - truth.terminated) <= SLACK

@@ -14,12 +14,16 @@ from tally_pipeline.commands import (
     ingest,
     ledger,
     openstack,
+    openstack_audit,
     openstack_bench,
+    openstack_simulate,
     query,
     serve,
     snapshot,
     soak,
+    sql,
     sync,
+    usage,
 )
 from tally_pipeline.commands._options import global_options, with_runtime
 from tally_pipeline.redaction import redact_unconfigured_logging
@@ -55,7 +59,7 @@ def db_migrate(rt: Runtime) -> None:
 
 # Every command, listed in one place; each is defined at module level in commands/<area>.py.
 for command in (serve.serve, ingest.ingest, snapshot.snapshot, demo.demo, query.history, query.inventory,
-                query.projection_group, sync.sync, sync.sync_runs, sync.sync_remote, ledger.post_usage_command,
+                query.projection_group, sql.sql, sync.sync, sync.sync_runs, sync.sync_remote, ledger.post_usage_command,
                 collector.collector):
     main.add_command(command)
 
@@ -63,12 +67,15 @@ GROUPS: dict[str, tuple[str, tuple[click.Command, ...]]] = {
     "bench": ("Benchmarks: each prints its measurements as JSON.",
               (bench.bench_ingest, bench.bench_projection, bench.bench_accuracy, bench.bench_reconcile,
                bench.bench_dead_letter, ledger.bench_post_command, bench.bench_usage_api, collect.bench_collect,
-               openstack_bench.bench_openstack, soak.bench_soak)),
+               openstack_bench.bench_openstack, openstack_audit.bench_audit_usage, soak.bench_soak)),
     "collect": ("Collectors: read a cloud's own event stream into the ingest API.", (collect.collect_openstack,)),
     "dead-letter": ("The dead letter (rejected_events).", (dead_letter.purge,)),
     "ledger": ("The usage ledger: postings and checkpoints.", (ledger.verify_command,)),
-    "openstack": ("OpenStack clouds: credentials and scope.", (openstack.check,)),
-    "usage": ("Usage computed from the lifecycles.", (ledger.daily_command,)),
+    "openstack": ("OpenStack clouds: credentials and scope, the usage audit against nova's own usage, and a "
+                  "simulated cloud served as OpenStack.",
+                  (openstack.check, openstack_audit.audit_usage, openstack_simulate.simulate)),
+    "usage": ("Usage computed from the lifecycles, and monthly statements.",
+              (ledger.daily_command, usage.show, usage.state)),
 }
 for name, (help_text, members) in GROUPS.items():
     group = click.Group(name, help=help_text)

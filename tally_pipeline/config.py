@@ -189,6 +189,22 @@ class MeterSettings(_Strict):
         description="platform statuses this meter does not bill, as events carry them (e.g. shelved_offloaded)")
 
 
+class AuditSettings(_Strict):
+    """The usage audit against nova's own usage (``tally openstack audit-usage``, the per-cloud
+    ``usage_audit`` checks; docs/openstack.md). A (project, meter) fails when its unexplained difference
+    exceeds ``max(tolerance_hours, tolerance_ratio × nova's figure)``."""
+
+    tolerance_hours: float = Field(default=1.0, ge=0, description="unexplained instance-hours (and vCPU-hours) "
+                                   "per project that still pass")
+    tolerance_ratio: float = Field(default=0.01, ge=0, le=1, description="unexplained share of nova's figure per "
+                                   "project that still passes")
+    rounding_seconds: int = Field(default=2, ge=0, le=3600, description="per server: a difference this small is "
+                                  "nova's rounding (it keeps launched_at and terminated_at to the second)")
+    window_hours: int = Field(default=24, gt=0, le=24 * 31, description="the Dagster check audits the last "
+                              "window_hours, up to the last whole hour")
+    page_size: int = Field(default=1000, ge=1, le=1000, description="servers per page of nova's usage API")
+
+
 class AlertSettings(_Strict):
     events_silent_after: float = Field(default=3600.0, gt=0, description="seconds without collector events")
     events_active_window: float = Field(default=86400.0, gt=0, description="seconds: only clouds active this recently")
@@ -236,10 +252,14 @@ class LandingSettings(_Strict):
     max_ratio: int = Field(default=100, ge=1, description="decompressed over compressed size of a gzip file")
     excerpt_bytes: int = Field(default=64 * 1024, ge=256, description="of a refused item, kept in the dead letter")
     follow_symlinks: bool = Field(default=False, description="read a landing file given by a symlink")
+    max_rejected_rows: int = Field(default=1000, ge=1, description="refused items of one file kept in the dead "
+                                   "letter one by one; the rest counted in one too_many_rejections row")
+    max_rejected_bytes: int = Field(default=16 * 1024 * 1024, ge=1024,
+                                    description="bytes of one file's dead-letter rows (texts and messages), at most")
 
     def limits(self) -> LandingLimits:
         return LandingLimits(self.max_item_bytes, self.max_file_bytes, self.max_ratio, self.excerpt_bytes,
-                             self.follow_symlinks)
+                             self.follow_symlinks, self.max_rejected_rows, self.max_rejected_bytes)
 
 
 class ApiSettings(_Strict):
@@ -328,6 +348,11 @@ class CollectorSettings(_Strict):
     max_buffered_events: int = Field(default=1_000_000, ge=1)
     max_buffered_bytes: int = Field(default=1 << 30, ge=1024)
     max_bus_rejections: int = Field(default=100_000, ge=1, description="rejected bus messages kept (oldest go)")
+    max_rejected_bytes: int = Field(default=64 << 20, ge=64 << 10,
+                                    description="bytes the rejected log keeps at most (oldest go, counted)")
+    buffer_reserve_bytes: int = Field(
+        default=8 << 20, ge=0, description="disk kept allocated beside the buffer and freed when the disk is full, "
+                                           "so the sender can still take events out (0: none)")
     drain_timeout: float = Field(default=20.0, ge=0, description="seconds to empty the buffer after SIGTERM")
 
     @field_validator("topics")
@@ -384,6 +409,7 @@ class TallyConfig(_Strict):
     meters: dict[str, MeterSettings] = Field(default_factory=dict)
     api: ApiSettings = Field(default_factory=ApiSettings)
     alerts: AlertSettings = Field(default_factory=AlertSettings)
+    audit: AuditSettings = Field(default_factory=AuditSettings)
     dead_letter: DeadLetterSettings = Field(default_factory=DeadLetterSettings)
     analytics: AnalyticsSettings = Field(default_factory=AnalyticsSettings)
     collector: CollectorSettings = Field(default_factory=CollectorSettings)

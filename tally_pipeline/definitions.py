@@ -17,11 +17,13 @@ import dagster as dg
 
 from tally_pipeline.config import ConfigError
 from tally_pipeline.defs.ingest.batches import raw_event_batches_asset
+from tally_pipeline.defs.ledger.usage_audit import usage_audit_defs
 from tally_pipeline.defs.reconciliation.per_cloud import reconciliation_defs
+from tally_pipeline.defs.statements.assets import statements_defs
 from tally_pipeline.defs.usage.assets import usage_daily_asset
 from tally_pipeline.orchestration import location
 from tally_pipeline.orchestration.catalog import catalog_policy, dialect_of
-from tally_pipeline.orchestration.partitions import daily_partitions
+from tally_pipeline.orchestration.partitions import daily_partitions, monthly_partitions
 from tally_pipeline.orchestration.resources import TallyStore, default_resources, environment_resources
 
 # The package holds dg.toml (shipped with it), so discovery finds the project in an installed copy too.
@@ -37,11 +39,15 @@ def _unique(found: Iterable[T] | None) -> list[T]:
 
 
 def configured_definitions(described: location.Location) -> dg.Definitions:
-    """What the config shapes: the reconciliation of each cloud, and the daily partitions from ``first_day``."""
+    """What the config shapes: the reconciliation of each cloud, the daily partitions from ``first_day``, and
+    the monthly statements from its month."""
     days = daily_partitions(described.config)
+    providers = {name: entry.provider for name, entry in described.config.clouds.items()}
     return dg.Definitions.merge(
         reconciliation_defs(described.cloud_names()),
+        usage_audit_defs(described.cloud_names(), providers),
         dg.Definitions(assets=[raw_event_batches_asset(days), usage_daily_asset(days)]),
+        statements_defs(monthly_partitions(described.config)),
     )
 
 

@@ -183,7 +183,9 @@ def _tenant_sample(sim: Simulation, registry: SizeSchemaRegistry, main: Any, pla
                         usage_by_entity(registry.meters(), rows, _EPOCH, through))
 
 
-def run_demo(s: DemoSettings, *, progress: Callable[[int, int], None] | None = None) -> DemoRun:
+def run_demo(s: DemoSettings, *, progress: Callable[[int, int], None] | None = None,
+             stage: Callable[[str], None] | None = None) -> DemoRun:
+    """Run the demo; ``progress(n, ticks)`` after each simulated tick, ``stage(what)`` as each stage begins."""
     from tally_pipeline.definitions import build_definitions
     from tally_pipeline.services.ledger.poster import post_usage
 
@@ -194,6 +196,8 @@ def run_demo(s: DemoSettings, *, progress: Callable[[int, int], None] | None = N
     clouds = [f"sim-{i + 1}" for i in range(s.clouds)]
     spec = SimulationSpec(clouds=tuple(clouds), resources=s.resources, start=START, hours=s.hours, seed=s.seed,
                           delivery=DeliverySpec(loss=s.loss, duplicates=s.duplicates))
+    say = stage or (lambda _: None)
+    say(f"simulating {s.clouds} cloud(s) over {s.hours:g} h (seed {s.seed}), in {directory}")
     sim = simulate(spec)
     run = DemoRun(s, directory, sim, time.perf_counter())
     config = _config(directory, s, clouds)
@@ -256,6 +260,7 @@ def run_demo(s: DemoSettings, *, progress: Callable[[int, int], None] | None = N
     # connection (the Dagster steps' own stores) reuse the open database instead of reloading it.
     with main.store.session(), plain.store.session():
         ticks = int((sim.end - sim.start) / TICK)
+        say("the baseline: the history before the window, a first sync and a first posting")
         feed(None, sim.start)
         # The baseline: the warm clouds' history before the window (whatever its lost events did to
         # it before anyone was syncing) is posted once; the report measures the window after it.
@@ -265,6 +270,8 @@ def run_demo(s: DemoSettings, *, progress: Callable[[int, int], None] | None = N
                 tags={"tally/poll_time": stamp, "tally/run_key": f"tick:{stamp}", **partition_range})
         post(sim.start + timedelta(seconds=s.ingest_lag))
         run.baseline = run.samples.pop()
+        say(f"the window: {ticks} simulated 10-minute ticks, each the collectors' events, a sync of every cloud "
+            "and its follow-ups; a posting every hour")
         tick = sim.start
         for n in range(1, ticks + 1):
             previous, tick = tick, sim.start + n * TICK
@@ -284,6 +291,7 @@ def run_demo(s: DemoSettings, *, progress: Callable[[int, int], None] | None = N
                 progress(n, ticks)
 
         # The collectors catch up on what was still in flight at the end of the window.
+        say("the end: the events still in flight, a last sync, the usage_daily backfill and a last posting")
         end = sim.end + timedelta(seconds=s.ingest_lag)
         feed(sim.end, end)
         clock.value = end

@@ -24,6 +24,9 @@ def picture(run: Any, path: Path) -> Path:
         for s in run.samples
     ]
     meters = sorted(samples[-1].truth)
+    from tally_pipeline.schemas import default_registry
+
+    units = {m.name: m.unit for m in default_registry().meters()}
     times = [s.clamp for s in samples]
     fig, axes = plt.subplots(2, 4, figsize=(18, 8), sharex=True)
     flat = axes.ravel()
@@ -35,24 +38,25 @@ def picture(run: Any, path: Path) -> Path:
         ax.plot(times, [float(to_units(s.events_only.get(meter, 0))) for s in samples], color="tab:red", lw=1.2,
                 label="ledger: events alone")
         ax.set_title(meter, fontsize=10)
+        if meter in units:
+            ax.set_ylabel(f"{units[meter]}s", fontsize=8)
         ax.tick_params(axis="x", labelrotation=30, labelsize=8)
         ax.tick_params(axis="y", labelsize=8)
     err = flat[len(meters)] if len(meters) < len(flat) else None
     if err is not None:
-        last_worst = []
         for label, key, color in (("events alone", "events_only", "tab:red"),
                                   ("events + reconciliation", "reconciled", "tab:green")):
             errors = [tenant_error(s.tenants.truth, getattr(s.tenants, key)) for s in samples if s.tenants]
-            err.plot(times[-len(errors):], [100 * e.abs_error for e in errors], color=color, label=label)
             worst = errors[-1].worst if errors else None
-            if worst is not None:
+            if worst is not None:  # in the legend, which finds a place off the curves
                 project = worst.project_id if len(worst.project_id) <= 10 else worst.project_id[:8] + "…"
-                last_worst.append(f"worst bill, {label}:\n  {project} {worst.meter} {worst.relative:.1%}")
-        err.set_title("tenant view: Σ|ledger − truth| per (cloud, project, meter) / truth (%)", fontsize=9)
-        if last_worst:
-            err.text(0.02, 0.75, "\n".join(last_worst), transform=err.transAxes, fontsize=7, va="top")
+                label += f"\n  worst bill: {project} {worst.meter} {worst.relative:.1%}"
+            err.plot(times[-len(errors):], [100 * e.abs_error for e in errors], color=color, label=label)
+        # Two lines: on one, the title is wider than its panel and the figure clips it.
+        err.set_title("tenant view: Σ|ledger − truth| / truth\nper (cloud, project, meter)", fontsize=9)
+        err.set_ylabel("% of the usage", fontsize=8)
         err.tick_params(axis="x", labelrotation=30, labelsize=8)
-        err.legend(fontsize=8)
+        err.legend(fontsize=7, loc="best")
         for extra in flat[len(meters) + 1:]:
             extra.axis("off")
     flat[0].legend(fontsize=8, loc="upper left")

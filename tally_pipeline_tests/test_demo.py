@@ -99,3 +99,20 @@ def test_verbose_prints_the_dagster_log(tmp_path) -> None:
     assert result.returncode == 0, result.stderr[-3000:]
     assert "RUN_START" in result.stderr and "RUN_START" in (directory / "dagster.log").read_text()
     assert "tally demo" in result.stdout
+
+
+@pytest.mark.slow
+def test_piped_the_demo_says_each_stage_as_it_happens(tmp_path) -> None:
+    """stderr not a terminal: no bar (nothing until the end), but a line per stage and per tenth of the window."""
+    result = subprocess.run(
+        [sys.executable, "-m", "tally_pipeline", "demo", "--hours", "1", "--clouds", "1", "--dir", str(tmp_path / "d")],
+        capture_output=True, text=True, timeout=600, env={**os.environ, "TALLY_CONFIG": ""},
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    lines = result.stderr.splitlines()
+    assert "\r" not in result.stderr and all(line.startswith("tally demo: ") for line in lines), lines
+    stages = ["simulating 1 cloud(s)", "the baseline:", "the window: 6 simulated 10-minute ticks", "10% of the window",
+              "100% of the window (6/6 ticks", "the end:", "drawing "]
+    found = [next(i for i, line in enumerate(lines) if line.removeprefix("tally demo: ").startswith(s)) for s in stages]
+    assert found == sorted(found), lines
+    assert sum("% of the window" in line for line in lines) == 6  # one per tick here: 6 ticks, each a tenth or more

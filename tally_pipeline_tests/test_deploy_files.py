@@ -142,7 +142,8 @@ def test_an_installed_package_finds_its_definitions_by_the_dg_toml_it_ships(tmp_
     assert done.returncode == 0, done.stderr[-2000:]
     where, jobs = done.stdout.splitlines()[-2:]
     assert Path(where).is_relative_to(site)
-    assert jobs == str(["dead_letter_retention", "delta_posting", "landing_files", "reconciliation", "usage_daily_job"])
+    assert jobs == str(["dead_letter_retention", "delta_posting", "landing_files", "reconciliation", "usage_daily_job",
+                        "usage_statements_job"])
 
 
 def test_ports_agree_between_listeners_and_callers() -> None:
@@ -287,8 +288,9 @@ def test_the_collector_deployments_agree_on_port_probes_secrets_and_stop_time() 
     [container] = pod["containers"]
     k8s_port = container["command"][container["command"].index("--metrics-port") + 1]
     assert container["ports"] == [{"name": "metrics", "containerPort": int(k8s_port)}]
-    for probe in ("readinessProbe", "livenessProbe"):
-        assert container[probe]["httpGet"] == {"path": "/healthz", "port": "metrics"}
+    # not ready while the buffer's disk is full (/healthz 503), but alive: a restart would not free the disk
+    assert container["readinessProbe"]["httpGet"] == {"path": "/healthz", "port": "metrics"}
+    assert container["livenessProbe"]["httpGet"] == {"path": "/livez", "port": "metrics"}
     assert deployment["spec"]["replicas"] == 1 and deployment["spec"]["strategy"] == {"type": "Recreate"}
     assert pod["terminationGracePeriodSeconds"] > drain
     assert container["command"][container["command"].index("--api-url") + 1] == "http://tally-api"  # api.yaml's Service

@@ -7,6 +7,7 @@ from __future__ import annotations
 import gzip
 import io
 import json
+import re
 import time
 from pathlib import Path
 
@@ -101,3 +102,45 @@ def test_a_truncated_gzip_fails_its_dagster_run_with_the_reason(setup) -> None: 
     failure = next(e for e in result.all_events if e.event_type_value == "STEP_FAILURE")
     assert "cut.jsonl.gz" in str(failure.event_specific_data.error)
     assert setup["rt"].store.event_count() >= 1  # the other file, and whatever was read before the cut
+
+
+def test_a_file_of_refused_items_keeps_its_first_rows_and_counts_the_rest_in_one(ingestor, store, tmp_path: Path) -> None:
+    path = tmp_path / "junk.jsonl.gz"
+    lines = [{"a": 1}] * 300 + [vol_event("a", "v1", "create", T0)] + [b"not json {"] * 100 + \
+        [vol_event("b", "v2", "create", T0)]
+    path.write_bytes(gzip.compress(_lines(*lines)))
+    limits = LandingLimits(max_rejected_rows=50)
+    summary = ingest_file(ingestor, path, limits=limits, batch_size=64)
+    assert (summary.items, summary.stored, summary.rejected, summary.not_kept) == (402, 2, 400, 350)
+    assert summary.reasons == {"unknown_field": 300, "invalid_json": 100}
+    rows = store.rejected(limit=1000)
+    (counted,) = [r for r in rows if r.reason == "too_many_rejections"]
+    assert len(rows) == 51
+    kept = [r for r in rows if r.reason != "too_many_rejections"]
+    for reason in ("unknown_field", "invalid_json"):  # each refused item: a row of its own, or counted in the one
+        assert sum(r.reason == reason for r in kept) + _count(counted.message, reason) == summary.reasons[reason]
+    assert "junk.jsonl.gz" in counted.message and "landing.max_rejected_rows 50" in counted.message
+
+
+def _count(message: str, reason: str) -> int:
+    found = re.search(rf"\b{reason} (\d+)", message.split("one by one:")[1])
+    return int(found.group(1)) if found else 0
+
+
+def test_a_file_of_refused_items_keeps_at_most_its_bytes(ingestor, store, tmp_path: Path) -> None:
+    path = tmp_path / "junk.jsonl"
+    path.write_bytes(_lines(*({"a": "x" * 1000, "n": n} for n in range(40))))
+    summary = ingest_file(ingestor, path, limits=LandingLimits(max_rejected_bytes=10_000))
+    rows = store.rejected(limit=1000)
+    kept = [r for r in rows if r.reason != "too_many_rejections"]
+    assert 0 < len(kept) < 10 and summary.not_kept == 40 - len(kept)
+    assert sum(len(r.message) + len(store.rejected_raw(r.id)[1] or "") for r in kept) <= 10_000
+    assert [r.reason for r in rows].count("too_many_rejections") == 1
+
+
+def test_a_file_within_its_bounds_writes_no_summary_row(ingestor, store, tmp_path: Path) -> None:
+    path = tmp_path / "few.jsonl"
+    path.write_bytes(_lines({"a": 1}, {"b": 2}))
+    summary = ingest_file(ingestor, path)
+    assert (summary.rejected, summary.not_kept) == (2, 0)
+    assert sorted(r.reason for r in store.rejected(limit=10)) == ["unknown_field", "unknown_field"]

@@ -151,6 +151,27 @@ def test_every_type_failing_is_a_failed_run(store, ingestor) -> None:
     assert run.status == "failed" and "volume" in run.error and "instance" in run.error
 
 
+def test_one_cause_failing_every_type_is_said_once(store, ingestor) -> None:
+    """Keystone down fails every listing for the same reason: the run's error names it once, with its types."""
+    from tally_pipeline.commands.sync import run_lines
+
+    view = StaticView.of([])
+    view.failures.update(volume="unauthorized", instance="unauthorized")
+    run = sync(store, ingestor, view)
+    reason = run.per_type["volume"].reason
+    assert reason and reason == run.per_type["instance"].reason
+    assert run.error == f"instance, volume: {reason}"
+    view.failures.update(instance="timeout")
+    run = sync(store, ingestor, view, run_key="tick:2")
+    assert run.error == f"instance: {run.per_type['instance'].reason}; volume: {reason}"
+    view.failures.update(instance="unauthorized")
+    lines = run_lines(sync(store, ingestor, view, run_key="tick:3"))
+    assert sum(reason in line for line in lines) == 1
+    not_listed = [line.split(maxsplit=3) for line in lines if "NOT LISTED" in line]
+    first, second = not_listed
+    assert first[3] == reason and second[3] == f"the same error as {first[0]}"
+
+
 def test_deferrals_are_recorded_with_reason_and_retry_time(store, ingestor) -> None:
     fresh = NOW - timedelta(seconds=60)
     view = StaticView.of([rec("v-new", created=fresh), rec("v-busy", status="creating")])

@@ -33,8 +33,10 @@ from __future__ import annotations
 
 import math
 import threading
+import time
 import urllib.parse
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -60,7 +62,9 @@ from tally_pipeline.adapters.base import (
 )
 from tally_pipeline.adapters.openstack_pages import ListCall, MalformedPage, pages
 from tally_pipeline.config import OpenStackCloud
+from tally_pipeline.core import actions as action_rules
 from tally_pipeline.core import scope as scope_rules
+from tally_pipeline.core.actions import InstanceAction
 from tally_pipeline.core.timeutil import format_rfc3339
 from tally_pipeline.schemas import default_registry
 
@@ -80,6 +84,9 @@ NOVA_FLAVOR_MICROVERSION = (2, 47)
 NOVA_NEWEST_KNOWN = (2, 96)
 #: Retried besides connection failures and timeouts: rate limits and gateways that blink.
 RETRIABLE_STATUS_CODES = (429, 502, 503, 504)
+#: An action requested this long before the last observation may still have been done after it (a
+#: long resize): its events are read; older ones are not (``instance_actions``).
+ACTION_MARGIN = timedelta(days=1)
 #: How many "is it really gone?" requests run at once, per type, after a listing.
 CONFIRM_CONCURRENCY = 8
 #: Per type: the SDK proxy, the show-by-id path and the key holding the record (glance: the body).
@@ -285,6 +292,47 @@ class OpenStackAdapter:
         except Exception:  # noqa: BLE001 - only the date is missing: the 404 still confirms
             return answer
         return answer
+
+    def instance_actions(self, server_ids: Sequence[str], *, since: Mapping[str, datetime] | None = None,
+                         deadline: float | None = None) -> dict[str, list[InstanceAction]]:
+        """Nova's instance actions of each server, the relevant ones with their events (``core/actions.py``).
+
+        One request lists a server's actions (``server_actions``); one more per action that can change
+        a status or a flavor reads its events (``get_server_action``), for their finish times — only
+        for actions requested after ``since[server]`` minus ``ACTION_MARGIN`` when given (older ones
+        cannot explain a change made after it). A server whose actions cannot be read is left out (its
+        corrections fall back to ``updated`` or the poll); at most ``CONFIRM_CONCURRENCY`` servers are
+        asked at once, none after ``deadline``.
+        """
+        compute = self.connection.compute
+        horizon = {sid: at - ACTION_MARGIN for sid, at in (since or {}).items()}
+
+        def ask(sid: str) -> list[InstanceAction] | None:
+            if deadline is not None and time.monotonic() > deadline:
+                return None
+            found = []
+            after = horizon.get(sid)
+            for listed in compute.server_actions(sid):
+                bare = records.instance_action(listed, None)
+                if bare.action not in action_rules.RELEVANT or (after is not None and bare.start_time < after):
+                    found.append(bare)  # its events cannot matter: not read
+                    continue
+                found.append(records.instance_action(listed, compute.get_server_action(listed.request_id, sid)))
+            return found
+
+        def safe(sid: str) -> list[InstanceAction] | None:
+            try:
+                return ask(sid)
+            except Exception:  # noqa: BLE001 - no record read: the correction is dated without it
+                return None
+
+        ids = list(dict.fromkeys(server_ids))
+        if len(ids) <= 1:
+            answers = [safe(sid) for sid in ids]
+        else:
+            with ThreadPoolExecutor(max_workers=min(CONFIRM_CONCURRENCY, len(ids)), thread_name_prefix="actions") as pool:
+                answers = list(pool.map(safe, ids))
+        return {sid: found for sid, found in zip(ids, answers) if found is not None}
 
     def volume_type_names(self) -> dict[str, str]:
         """Cinder's volume types, id → name, private ones included (needs admin).

@@ -17,6 +17,7 @@ from typing import Any
 
 from tally_pipeline.adapters.base import AdapterError, DeletedResource, ListedResource, SkipItem
 from tally_pipeline.collector.openstack_nova import api_status
+from tally_pipeline.core.actions import ActionEvent, InstanceAction
 from tally_pipeline.core.clocks import on_clock
 from tally_pipeline.core.transitions import in_transition, never_ran
 
@@ -265,3 +266,24 @@ def _whole(value: Any, field: str, what: str, rid: str) -> int:
     if isinstance(value, bool) or not isinstance(value, int | float) or value != int(value) or value < 0:
         raise _skip(what, rid, "malformed", f"{field} {value!r} is not a whole number")
     return int(value)
+
+
+def instance_action(listed: Any, detail: Any) -> InstanceAction:
+    """One of nova's instance actions (openstacksdk's ``ServerAction``, listed and, where read, in
+    detail with its events), as the rules read it. Times without an offset are UTC, as nova writes them."""
+    def field(item: Any, name: str) -> Any:
+        return item.get(name) if isinstance(item, dict) else getattr(item, name, None)
+
+    def when(value: Any) -> datetime | None:
+        return parse_time(value) if isinstance(value, str) and value else None
+
+    name, request_id, started = field(listed, "action"), field(listed, "request_id"), when(field(listed, "start_time"))
+    if not isinstance(name, str) or not isinstance(request_id, str) or started is None:
+        raise ValueError(f"an instance action without action, request_id or start_time: {listed!r}")
+    events = tuple(
+        ActionEvent(str(field(e, "event") or ""), when(field(e, "start_time")), when(field(e, "finish_time")),
+                    field(e, "result"))
+        for e in (field(detail, "events") or () if detail is not None else ())
+    )
+    message = field(detail if detail is not None else listed, "message")
+    return InstanceAction(name, request_id, started, message if isinstance(message, str) else None, events)

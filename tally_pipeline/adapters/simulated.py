@@ -34,6 +34,8 @@ class SimulatedAdapter:
         mode = self.platform.failure(self.cloud, resource_type)
         if mode == "error":
             raise AdapterError(f"{self.cloud}: listing {resource_type} failed (injected error)")
+        if mode == "unauthorized":  # the same cause for every type, as keystone refusing the credentials
+            raise AdapterError(f"{self.cloud}: the platform refused the credentials (injected)")
         if mode == "timeout":
             raise TimeoutError(f"{self.cloud}: listing {resource_type} timed out (injected)")
         return mode == "empty"

@@ -362,6 +362,7 @@ def create_app(ctx: ApiContext) -> Starlette:
         Route("/v1/inventory", _bound(resources.get_inventory, ctx), methods=["GET"]),
         Route("/v1/usage", _bound(usage_routes.get_usage, ctx), methods=["GET"]),
         Route("/v1/usage/{cloud}/{project_id}/current", _bound(usage_routes.get_current_usage, ctx), methods=["GET"]),
+        Route("/v1/statements/{cloud}/{month}", _bound(usage_routes.get_statement, ctx), methods=["GET"]),
         Route("/internal/sync/{cloud}", _bound(sync_routes.post_sync, ctx), methods=["POST"]),
         Route("/internal/sync/{cloud}/runs/{run_id}", _bound(sync_routes.get_sync_run, ctx), methods=["GET"]),
         Route("/healthz", _bound(healthz, ctx), methods=["GET"]),

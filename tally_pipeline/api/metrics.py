@@ -99,7 +99,14 @@ def store_families(store: Any, clouds: list[str], known: Collection[str] | None 
     the configured ones). Every other stored cloud is counted as ``other`` (its latest event, the sum of
     its counts): the page's size does not grow with what writers put in ``cloud``.
     """
-    from tally_pipeline.services.alerts import activity, last_runs, last_success, last_type_activity, latest_corrections
+    from tally_pipeline.services.alerts import (
+        activity,
+        last_runs,
+        last_success,
+        last_type_activity,
+        latest_corrections,
+        latest_dating,
+    )
     from tally_pipeline.store import asset_reads, resource_reads, sync_runs
 
     named = frozenset(clouds) if known is None else frozenset(known)
@@ -165,6 +172,11 @@ def store_families(store: Any, clouds: list[str], known: Collection[str] | None 
             corrections.add_metric([latest.cloud, rtype], n)
         if latest.previous_poll_time is not None:
             previous.add_metric([latest.cloud], latest.previous_poll_time.timestamp())
+    dated = gauge("tally_sync_last_corrections_dated", "Status and size corrections (sync.update) of the cloud's "
+                  "latest succeeded or partial sync, by what dated them: action (nova's instance actions), updated "
+                  "(the platform's last change), poll (nothing better known).", ["cloud", "resource_type", "source"])
+    for cloud, rtype, source, n in latest_dating(store):
+        dated.add_metric([cloud, rtype, source], n)
     runs = last_runs(store)
     for name, help_text, value in (
         ("tally_sync_last_failed", "1 when the cloud's latest sync failed or was partial (a type not listed, or "
@@ -200,7 +212,70 @@ def store_families(store: Any, clouds: list[str], known: Collection[str] | None 
     for (cloud, rtype), n in sorted(unknown_counts.items()):
         unknown.add_metric([cloud, rtype], n)
     families.extend(_ledger_skips(store))
+    families.extend(_statements(store, named))
+    families.extend(_usage_audits(store, clouds))
     return families
+
+
+def _statements(store: Any, named: frozenset[str]) -> list[Metric]:
+    """How far each cloud's monthly statements are: a month still unstated long after it ended waits for
+    something (docs/ledger.md, «Monthly statements»); re-statements counted."""
+    from tally_pipeline.core.statements import month_bounds, parse_month
+    from tally_pipeline.store.statements import statement_metrics
+
+    latest: dict[str, float] = {}
+    restated: dict[str, int] = {}
+    for cloud, month, lines in statement_metrics(store):
+        label = cloud if cloud in named else OTHER_CLOUD
+        latest[label] = max(latest.get(label, 0.0), month_bounds(parse_month(month))[0].timestamp())
+        restated[label] = restated.get(label, 0) + lines
+    last = GaugeMetricFamily("tally_statement_last_month_timestamp_seconds", "Start of the cloud's latest stated "
+                             "month (Unix time): a month is stated once it is closed.", labels=["cloud"])
+    again = CounterMetricFamily("tally_statement_restated_lines", "Statement lines that re-state a closed month with "
+                                "late usage (version 2 and later).", labels=["cloud"])
+    for cloud in sorted(latest):
+        last.add_metric([cloud], latest[cloud])
+        again.add_metric([cloud], restated[cloud])
+    return [last, again]
+
+
+def _usage_audits(store: Any, clouds: list[str]) -> list[Metric]:
+    """Each configured cloud's latest usage audit against nova (``usage_audits``): one series set per
+    configured cloud, the kinds of difference a fixed set."""
+    from tally_pipeline.core.usage_audit import KINDS
+    from tally_pipeline.store.usage_audits import latest
+
+    configured = set(clouds)
+    audits = [a for a in latest(store) if a["cloud"] in configured]
+    at = GaugeMetricFamily("tally_usage_audit_last_timestamp_seconds", "When the cloud's latest usage audit against "
+                           "nova's own usage ran (Unix time).", labels=["cloud"])
+    failed = GaugeMetricFamily("tally_usage_audit_last_failed", "1 when the cloud's latest usage audit failed: a "
+                               "project's unexplained difference to nova exceeds the tolerance, or the audit could "
+                               "not be made (tally_usage_audit_last_error).", labels=["cloud"])
+    error = GaugeMetricFamily("tally_usage_audit_last_error", "1 when the cloud's latest usage audit could not be "
+                              "made (nova's usage unreadable, an empty window).", labels=["cloud"])
+    failing = GaugeMetricFamily("tally_usage_audit_projects_failing", "(project, meter) pairs of the latest audit "
+                                "whose unexplained difference exceeds the tolerance.", labels=["cloud"])
+    unexplained = GaugeMetricFamily("tally_usage_audit_unexplained", "The latest audit's unexplained difference to "
+                                    "nova, summed over projects in absolute value, in the meter's unit.",
+                                    labels=["cloud", "meter"])
+    kinds = GaugeMetricFamily("tally_usage_audit_differences", "Differences the latest audit listed, by kind "
+                              "(explained ones included).", labels=["cloud", "kind"])
+    calls = GaugeMetricFamily("tally_usage_audit_api_calls", "Pages of nova's usage API the latest audit read.",
+                              labels=["cloud"])
+    for a in audits:
+        cloud = a["cloud"]
+        at.add_metric([cloud], a["recorded_at"].timestamp())
+        failed.add_metric([cloud], int(a["status"] != "passed"))
+        error.add_metric([cloud], int(a["status"] == "error"))
+        failing.add_metric([cloud], a["projects_failing"])
+        unexplained.add_metric([cloud, "instance_hours"], float(a["unexplained_instance_hours"]))
+        unexplained.add_metric([cloud, "vcpu_hours"], float(a["unexplained_vcpu_hours"]))
+        counts = a["differences"] or {}
+        for kind in KINDS:
+            kinds.add_metric([cloud, kind], int(counts.get(kind, 0)))
+        calls.add_metric([cloud], a["api_calls"])
+    return [at, failed, error, failing, unexplained, kinds, calls]
 
 
 def _ledger_skips(store: Any) -> list[Metric]:

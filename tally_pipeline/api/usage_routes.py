@@ -1,5 +1,5 @@
 """``GET /v1/usage``: the ledger's usage per cloud, project, meter and period, posted and (on request)
-provisional, as JSON or CSV (docs/api.md)."""
+provisional; ``GET /v1/statements/{cloud}/{month}``: a month's statement; as JSON or CSV (docs/api.md)."""
 
 from __future__ import annotations
 
@@ -25,8 +25,10 @@ from tally_pipeline.api.http import (
     query_text,
 )
 from tally_pipeline.config import LedgerSettings
+from tally_pipeline.core.statements import parse_month
 from tally_pipeline.core.timeutil import format_rfc3339
 from tally_pipeline.core.usage import to_units
+from tally_pipeline.services.statements import read_statement
 from tally_pipeline.services.usage import GROUPS, RowKey, UsagePage, UsageRow, current_usage, quantity, usage_page
 from tally_pipeline.store.ledger_reads import Group, Scope
 
@@ -191,3 +193,33 @@ async def get_current_usage(ctx: ApiContext, request: Request) -> Response:
             ],
         }
     )
+
+
+STATEMENT_COLUMNS = ("cloud", "month", "project_id", "meter", "version", "quantity", "unit", "previous_quantity",
+                     "difference", "stated_at")
+
+
+async def get_statement(ctx: ApiContext, request: Request) -> Response:
+    """A month's statement of a cloud: each entity's latest version (``versions=all``: every version)."""
+    cloud = checked_text(request.path_params["cloud"], "cloud")
+    try:
+        month = parse_month(request.path_params["month"])
+    except ValueError as exc:
+        raise _bad(str(exc)) from None
+    _readable(ctx, request, cloud)
+    versions = request.query_params.get("versions") or "latest"
+    if versions not in ("latest", "all"):
+        raise _bad(f"versions must be 'latest' or 'all', not {versions!r}")
+    project_id = query_text(request, "project_id")
+    statement = await run_in_threadpool(
+        lambda: read_statement(ctx.store, cloud, month, project_id=project_id, versions=versions == "all"))
+    document = statement.to_dict()
+    if wants_csv(request):
+        out = io.StringIO()
+        writer = csv.writer(out, lineterminator="\r\n")
+        writer.writerow(STATEMENT_COLUMNS)
+        for line in document["statements"]:
+            writer.writerow([cloud, document["month"], *(("" if line[c] is None else line[c]) for c in STATEMENT_COLUMNS[2:])])
+        headers = {"Tally-Stated": "true" if document["stated"] else "false"}
+        return Response(out.getvalue(), media_type=CSV_TYPE, headers=headers)
+    return JSON(document)

@@ -28,23 +28,34 @@ directory must be on a local filesystem (SQLite's WAL and flock need one); open 
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
+import logging
 import os
 import sqlite3
 import threading
 import time
 import uuid
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal
+from typing import Literal, TypeVar
 
-from tally_pipeline.collector.errors import BufferFull, BufferSchemaError, BufferUnusable
+from tally_pipeline.collector.errors import BufferDiskFull, BufferFull, BufferSchemaError, BufferUnusable
+
+log = logging.getLogger("tally_pipeline.collector")
 
 DB_NAME = "buffer.sqlite3"
 SENDERS_DIR = "senders"
-SCHEMA_VERSION = 1
+RESERVE_NAME = "reserve"
+#: The WAL is checkpointed beyond this many pages, and cut back to ``WAL_LIMIT_BYTES`` after.
+WAL_PAGES = 256
+WAL_LIMIT_BYTES = 1 << 20
+SCHEMA_VERSION = 2
 Order = Literal["oldest", "newest"]
+T = TypeVar("T")
+#: What a rejected row weighs against ``max_rejected_bytes``: its body and its message, in bytes.
+_ROW_BYTES = "(length(CAST({0}body AS BLOB)) + coalesce(length(CAST({0}message AS BLOB)), 0))"
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS buffered (
@@ -89,6 +100,21 @@ END;
 CREATE TABLE IF NOT EXISTS sender_state (key TEXT PRIMARY KEY, value TEXT);
 """
 
+#: Version 2: a bus row's whole size and digest beside its excerpt; the rejected log's bytes in ``totals``.
+_SCHEMA_2 = f"""
+ALTER TABLE rejected ADD COLUMN size INTEGER;
+ALTER TABLE rejected ADD COLUMN digest TEXT;
+ALTER TABLE totals ADD COLUMN rejected_bytes INTEGER NOT NULL DEFAULT 0;
+UPDATE totals SET rejected_bytes = (SELECT coalesce(sum({_ROW_BYTES.format('')}), 0) FROM rejected) WHERE id = 1;
+CREATE TRIGGER IF NOT EXISTS rejected_counted_in AFTER INSERT ON rejected BEGIN
+    UPDATE totals SET rejected_bytes = rejected_bytes + {_ROW_BYTES.format('NEW.')} WHERE id = 1;
+END;
+CREATE TRIGGER IF NOT EXISTS rejected_counted_out AFTER DELETE ON rejected BEGIN
+    UPDATE totals SET rejected_bytes = rejected_bytes - {_ROW_BYTES.format('OLD.')} WHERE id = 1;
+END;
+"""
+_MIGRATIONS = {1: _SCHEMA, 2: _SCHEMA_2}
+
 
 @dataclass(frozen=True, slots=True)
 class BufferedItem:
@@ -115,9 +141,13 @@ class BusRejection:
     """A message read off a notification bus that is no event: kept, with why, instead of blocking the queue."""
 
     event_id: str | None
+    #: the message as text, masked and cut to an excerpt (``intake.raw_text``)
     body: str
     reason: str
     message: str
+    #: the whole message's size in bytes and SHA-256 (hex), as it came off the bus
+    size: int | None = None
+    digest: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -129,6 +159,10 @@ class BufferGauges:
     oldest_enqueued_at: float | None
     rejected: int
     bus_rejections_dropped: int
+    rejected_bytes: int = 0
+    rejected_dropped: int = 0
+    disk_full: bool = False
+    disk_free_bytes: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -142,6 +176,8 @@ class RejectedItem:
     enqueued_at: float
     rejected_at: float
     attempts: int
+    size: int | None = None
+    digest: str | None = None
 
 
 @dataclass
@@ -178,13 +214,19 @@ class BufferStatus:
         }
 
 
-def _connect(path: Path, *, create: bool, busy_timeout: float) -> sqlite3.Connection:
+def _connect(path: Path, *, create: bool, busy_timeout: float, fresh: bool = False) -> sqlite3.Connection:
     uri = f"file:{path}?mode={'rwc' if create else 'rw'}"
     con = sqlite3.connect(uri, uri=True, timeout=busy_timeout, isolation_level=None, check_same_thread=False)
     try:
+        if fresh:  # before anything is written: pages freed by a drain can go back to the file system
+            con.execute("PRAGMA auto_vacuum = INCREMENTAL")
         con.execute("PRAGMA journal_mode=WAL").fetchall()
         # FULL: the WAL is fsync'd at every commit, so a returned submit survives a power cut.
         con.execute("PRAGMA synchronous=FULL")
+        # A WAL of about 1 MiB (SQLite's default lets it reach 4 MiB and keeps it so): less disk held
+        # beside the events, and less a checkpoint must write into the database when the disk is full.
+        con.execute(f"PRAGMA wal_autocheckpoint={WAL_PAGES}")
+        con.execute(f"PRAGMA journal_size_limit={WAL_LIMIT_BYTES}").fetchall()
     except BaseException:
         con.close()
         raise
@@ -205,6 +247,37 @@ def _why(exc: BaseException) -> str:
     if isinstance(exc, OSError) and exc.strerror:
         return exc.strerror + (f": {exc.filename}" if exc.filename else "")
     return f"its {DB_NAME} cannot be written ({exc})"
+
+
+def _is_disk_full(exc: BaseException) -> bool:
+    """True when a write failed for want of space (SQLite's SQLITE_FULL, or ENOSPC from the file system)."""
+    if isinstance(exc, sqlite3.Error):
+        code = getattr(exc, "sqlite_errorcode", None)
+        return (code is not None and code & 0xFF == sqlite3.SQLITE_FULL) or "disk is full" in str(exc)
+    return isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT)
+
+
+def _allocate(path: Path, size: int) -> None:
+    """A file of ``size`` bytes whose blocks are really allocated (not sparse), written to disk."""
+    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    try:
+        try:
+            os.posix_fallocate(fd, 0, size)
+        except OSError as exc:
+            if exc.errno not in (errno.EOPNOTSUPP, errno.EINVAL):
+                raise
+            os.lseek(fd, 0, os.SEEK_SET)  # a file system without fallocate: write the zeros
+            chunk = b"\0" * (1 << 20)
+            left = size
+            while left > 0:
+                left -= os.write(fd, chunk[: min(left, len(chunk))])
+        os.fsync(fd)
+    except BaseException:
+        os.close(fd)
+        with contextlib.suppress(OSError):
+            path.unlink()
+        raise
+    os.close(fd)
 
 
 def _fsync_dir(path: Path) -> None:
@@ -267,22 +340,31 @@ class DiskBuffer:
         busy_timeout: float = 30.0,
         owner: str | None = None,
         max_bus_rejections: int = 100_000,
+        max_rejected_bytes: int = 64 << 20,
+        reserve_bytes: int = 8 << 20,
     ):
-        if max_events < 1 or max_bytes < 1 or max_bus_rejections < 1:
+        if max_events < 1 or max_bytes < 1 or max_bus_rejections < 1 or max_rejected_bytes < 1:
             raise ValueError("the buffer limits must be positive")
+        if reserve_bytes < 0:
+            raise ValueError("the buffer's reserve cannot be negative")
         self.dir = Path(buffer_dir)
         self.path = self.dir / DB_NAME
         self.senders = self.dir / SENDERS_DIR
         self.max_events = max_events
         self.max_bytes = max_bytes
         self.max_bus_rejections = max_bus_rejections
+        self.max_rejected_bytes = max_rejected_bytes
+        self.reserve = self.dir / RESERVE_NAME
+        self.reserve_bytes = reserve_bytes
+        #: why the buffer refuses new events for want of disk space, or None while it takes them
+        self.disk_full: str | None = None
         self.owner = owner or uuid.uuid4().hex
         self._lock = threading.RLock()
         self._closed = False
         try:
             _usable_dir(self.dir)
             created = not self.path.exists()
-            self._con = _connect(self.path, create=True, busy_timeout=busy_timeout)
+            self._con = _connect(self.path, create=True, busy_timeout=busy_timeout, fresh=created)
         except (OSError, sqlite3.Error) as exc:
             raise BufferUnusable(self.dir, _why(exc)) from None
         try:
@@ -290,6 +372,7 @@ class DiskBuffer:
             if created:
                 _fsync_dir(self.dir)
             self._owner_lock = _OwnerLock(self.senders, self.owner)
+            self._keep_reserve()
         except BaseException as exc:
             self._con.close()
             if isinstance(exc, OSError | sqlite3.Error):
@@ -309,10 +392,88 @@ class DiskBuffer:
             con.execute("BEGIN IMMEDIATE")
             try:
                 yield con
+                con.execute("COMMIT")
             except BaseException:
-                con.execute("ROLLBACK")
+                if con.in_transaction:  # a failed COMMIT (disk full) may leave the transaction open
+                    with contextlib.suppress(sqlite3.Error):
+                        con.execute("ROLLBACK")
                 raise
-            con.execute("COMMIT")
+
+    def _taking(self, work: Callable[[sqlite3.Connection], T]) -> T:
+        """One write transaction of the sender's side (taking events out). Its writes are small; when the
+        disk is full the reserve is given back to the file system and the write is tried again."""
+        try:
+            with self._write() as con:
+                return work(con)
+        except (sqlite3.Error, OSError) as exc:
+            if not _is_disk_full(exc):
+                raise
+            self._on_disk_full(exc)
+        with self._write() as con:
+            return work(con)
+
+    def _on_disk_full(self, exc: BaseException) -> None:
+        """The disk is full: refuse new events, and free the reserve so taking events out has room."""
+        with self._lock:
+            first = self.disk_full is None
+            self.disk_full = f"the disk holding {self.dir} is full ({exc})"
+            freed = 0
+            with contextlib.suppress(FileNotFoundError):
+                freed = self.reserve.stat().st_size
+                self.reserve.unlink()
+        if first:
+            log.error("%s: new events are refused (they stay in the broker) until the buffer drains; "
+                      "%d bytes of reserve given back so the sender can take events out", self.disk_full, freed)
+
+    def _keep_reserve(self) -> bool:
+        """Have the reserve allocated; True when it is (then the buffer takes events again).
+
+        A reserve is made only with a quarter of it (at least 1 MiB) free beside it, so a disk that just
+        drained a little does not go straight back to full."""
+        with self._lock:
+            return self._keep_reserve_locked()
+
+    def _keep_reserve_locked(self) -> bool:
+        if self.reserve_bytes == 0:
+            self.disk_full = None
+            return True
+        with contextlib.suppress(FileNotFoundError):
+            if self.reserve.stat().st_size >= self.reserve_bytes:
+                if self.disk_full is not None:
+                    log.info("the buffer takes events again")
+                self.disk_full = None
+                return True
+        try:
+            fs = os.statvfs(self.dir)
+            headroom = max(self.reserve_bytes // 4, 1 << 20)
+            if fs.f_bavail * fs.f_frsize < self.reserve_bytes + headroom:
+                raise OSError(errno.ENOSPC, f"less free space than the reserve and {headroom} bytes more")
+            _allocate(self.reserve, self.reserve_bytes)
+        except OSError as exc:
+            if self.disk_full is None:
+                self.disk_full = f"the disk holding {self.dir} has no room for the buffer's reserve ({exc})"
+                log.error("%s: new events are refused until there is", self.disk_full)
+            return False
+        if self.disk_full is not None:
+            log.info("the buffer's reserve is allocated again: it takes events again")
+        self.disk_full = None
+        return True
+
+    def _give_back_space(self) -> None:
+        """After events went out while the disk is full: return freed pages to the file system, a few at a
+        time (each step goes through the WAL, which is emptied after it, so it needs little room)."""
+        with self._lock, contextlib.suppress(sqlite3.Error):
+            con = self._con
+            if con.execute("PRAGMA auto_vacuum").fetchone()[0] == 2:  # a buffer made before: no vacuum
+                step = max(16, self.reserve_bytes // con.execute("PRAGMA page_size").fetchone()[0] // 8)
+                free = con.execute("PRAGMA freelist_count").fetchone()[0]
+                while free > 0:
+                    con.executescript(f"PRAGMA incremental_vacuum({step});")  # execute() frees one page a step
+                    con.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()
+                    free, before = con.execute("PRAGMA freelist_count").fetchone()[0], free
+                    if free >= before:  # nothing moved (another connection holds a read): next time
+                        break
+            con.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchall()
 
     @contextlib.contextmanager
     def _read(self) -> Iterator[sqlite3.Connection]:
@@ -334,10 +495,10 @@ class DiskBuffer:
                 raise BufferSchemaError(
                     f"{self.path} has buffer schema version {version}; this collector knows up to {SCHEMA_VERSION}"
                 )
-            if version < SCHEMA_VERSION:
-                for statement in _statements(_SCHEMA):
+            for step in range(version + 1, SCHEMA_VERSION + 1):
+                for statement in _statements(_MIGRATIONS[step]):
                     con.execute(statement)
-                con.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+                con.execute(f"PRAGMA user_version = {step}")
         except BaseException:
             con.execute("ROLLBACK")
             raise
@@ -373,6 +534,20 @@ class DiskBuffer:
         transaction, all or none (a consumer acknowledges the messages they came from once it returns)."""
         if not entries and not rejected:
             return
+        if self.disk_full is not None:
+            self._give_back_space()
+            if not self._keep_reserve():
+                raise BufferDiskFull(str(self.path), self.disk_full or "the disk is full")
+        try:
+            self._append(entries, now, rejected)
+        except (sqlite3.Error, OSError) as exc:
+            if not _is_disk_full(exc):
+                raise
+            self._on_disk_full(exc)
+            raise BufferDiskFull(str(self.path), self.disk_full or str(exc)) from None
+
+    def _append(self, entries: Sequence[tuple[str | None, str, int]], now: float,
+                rejected: Sequence[BusRejection]) -> None:
         added = sum(size for _, _, size in entries)
         with self._write() as con:
             if entries:
@@ -387,11 +562,32 @@ class DiskBuffer:
                 )
             if rejected:
                 con.executemany(
-                    "INSERT INTO rejected (event_id, body, reason, message, origin, enqueued_at, rejected_at, attempts) "
-                    "VALUES (?, ?, ?, ?, 'bus', ?, ?, 0)",
-                    [(r.event_id, r.body, r.reason, r.message, now, now) for r in rejected],
+                    "INSERT INTO rejected (event_id, body, reason, message, origin, enqueued_at, rejected_at, attempts, "
+                    "size, digest) VALUES (?, ?, ?, ?, 'bus', ?, ?, 0, ?, ?)",
+                    [(r.event_id, r.body, r.reason, r.message, now, now, r.size, r.digest) for r in rejected],
                 )
                 self._trim_bus_rejections(con)
+                self._trim_rejected_bytes(con)
+
+    def _trim_rejected_bytes(self, con: sqlite3.Connection) -> None:
+        """Keep the rejected log within ``max_rejected_bytes``: the oldest rows go first, counted
+        (``rejected_dropped``), so rejections can never take the disk the buffered events need."""
+        excess = con.execute("SELECT rejected_bytes FROM totals WHERE id = 1").fetchone()[0] - self.max_rejected_bytes
+        if excess <= 0:
+            return
+        last, dropped = None, 0
+        for seq, size in con.execute(f"SELECT seq, {_ROW_BYTES.format('')} FROM rejected ORDER BY seq"):
+            last, dropped, excess = seq, dropped + 1, excess - size
+            if excess <= 0:
+                break
+        if last is None:
+            return
+        con.execute("DELETE FROM rejected WHERE seq <= ?", (last,))
+        con.execute(
+            "INSERT INTO sender_state (key, value) VALUES ('rejected_dropped', ?) "
+            "ON CONFLICT (key) DO UPDATE SET value = CAST(value AS INTEGER) + ?",
+            (str(dropped), dropped),
+        )
 
     def _trim_bus_rejections(self, con: sqlite3.Connection) -> None:
         """Keep the newest ``max_bus_rejections`` bus rows: a bus that sends nothing but poison must not fill
@@ -421,16 +617,21 @@ class DiskBuffer:
         dead = [o for o in owners if o != self.owner and not _owner_alive(self.senders, o)]
         released = 0
         for owner in dead:
-            with self._write() as con:
-                released += con.execute(
-                    "UPDATE buffered SET claimed_by = NULL WHERE claimed_by = ?", (owner,)
-                ).rowcount
+            released += self._taking(lambda con, owner=owner: con.execute(  # type: ignore[misc]
+                "UPDATE buffered SET claimed_by = NULL WHERE claimed_by = ?", (owner,)).rowcount)
         return released
 
     def claim(self, *, limit: int, max_bytes: int | None, order: Order, now: float) -> list[BufferedItem]:
-        """Claim up to ``limit`` unclaimed items (and about ``max_bytes`` of bodies) for one request."""
+        """Claim up to ``limit`` unclaimed items (and about ``max_bytes`` of bodies) for one request.
+
+        While the disk is full, a claim (and so the settle after it) holds at most an eighth of the
+        reserve in bodies: each rewrites the pages its rows are on, and that must fit the room freed."""
         direction = "ASC" if order == "oldest" else "DESC"
-        with self._write() as con:
+        if self.disk_full is not None:
+            small = max(64 << 10, self.reserve_bytes // 8)
+            max_bytes = small if max_bytes is None else min(max_bytes, small)
+
+        def work(con: sqlite3.Connection) -> list[BufferedItem]:
             rows = con.execute(
                 "SELECT seq, event_id, body, size, enqueued_at, attempts FROM buffered "
                 f"WHERE claimed_by IS NULL ORDER BY seq {direction} LIMIT ?",
@@ -447,7 +648,9 @@ class DiskBuffer:
                 "UPDATE buffered SET claimed_by = ?, attempts = attempts + 1, last_attempt_at = ? WHERE seq = ?",
                 [(self.owner, now, item.seq) for item in items],
             )
-        return items
+            return items
+
+        return self._taking(work)
 
     def settle(self, *, done: Iterable[int], rejected: Iterable[RejectionNote], now: float) -> None:
         """Delete delivered items and move rejected ones to the rejected log, in one transaction.
@@ -456,10 +659,11 @@ class DiskBuffer:
         """
         done = list(done)
         rejected = list(rejected)
-        with self._write() as con:
+
+        def work(con: sqlite3.Connection) -> None:
             con.executemany(
-                "INSERT INTO rejected (event_id, body, reason, message, origin, enqueued_at, rejected_at, attempts) "
-                "SELECT event_id, body, ?, ?, ?, enqueued_at, ?, attempts FROM buffered "
+                "INSERT INTO rejected (event_id, body, reason, message, origin, enqueued_at, rejected_at, attempts, "
+                "size) SELECT event_id, body, ?, ?, ?, enqueued_at, ?, attempts, size FROM buffered "
                 "WHERE seq = ? AND claimed_by = ?",
                 [(r.reason, r.message, r.origin, now, r.seq, self.owner) for r in rejected],
             )
@@ -467,13 +671,22 @@ class DiskBuffer:
                 "DELETE FROM buffered WHERE seq = ? AND claimed_by = ?",
                 [(seq, self.owner) for seq in (*done, *(r.seq for r in rejected))],
             )
+            if rejected:
+                self._trim_rejected_bytes(con)
+
+        self._taking(work)
+        if self.disk_full is not None and self.count() == 0:  # drained: room again (not before: the
+            self._give_back_space()                           # WAL given back would be needed again)
+            self._keep_reserve()
 
     def release_all(self) -> int:
         """Give back every claim this sender holds (after a failed or partly answered request)."""
-        with self._write() as con:
-            return con.execute("UPDATE buffered SET claimed_by = NULL WHERE claimed_by = ?", (self.owner,)).rowcount
+        return self._taking(lambda con: con.execute(
+            "UPDATE buffered SET claimed_by = NULL WHERE claimed_by = ?", (self.owner,)).rowcount)
 
     def note_sender(self, values: dict[str, str | None]) -> None:
+        if self.disk_full is not None:
+            return  # a note is for people: no space spent on it while the disk is full
         with self._write() as con:
             con.executemany(
                 "INSERT INTO sender_state (key, value) VALUES (?, ?) "
@@ -500,7 +713,8 @@ class DiskBuffer:
 
     def rejected(self, *, reason: str | None = None, limit: int | None = None) -> list[RejectedItem]:
         """The rejected log, newest first."""
-        sql = "SELECT seq, event_id, body, reason, message, origin, enqueued_at, rejected_at, attempts FROM rejected"
+        sql = ("SELECT seq, event_id, body, reason, message, origin, enqueued_at, rejected_at, attempts, size, digest "
+               "FROM rejected")
         params: list[object] = []
         if reason is not None:
             sql += " WHERE reason = ?"
@@ -518,12 +732,19 @@ class DiskBuffer:
 
     def gauges(self) -> BufferGauges:
         with self._read() as con:
-            events, size = con.execute("SELECT events, bytes FROM totals WHERE id = 1").fetchone()
+            events, size, rejected_bytes = con.execute(
+                "SELECT events, bytes, rejected_bytes FROM totals WHERE id = 1").fetchone()
             oldest = con.execute("SELECT enqueued_at FROM buffered ORDER BY seq LIMIT 1").fetchone()
             rejected = con.execute("SELECT count(*) FROM rejected").fetchone()[0]
-            dropped = con.execute("SELECT value FROM sender_state WHERE key = 'bus_rejections_dropped'").fetchone()
+            notes = dict(con.execute("SELECT key, value FROM sender_state WHERE key IN "
+                                     "('bus_rejections_dropped', 'rejected_dropped')").fetchall())
+        free: int | None = None
+        with contextlib.suppress(OSError):
+            fs = os.statvfs(self.dir)
+            free = fs.f_bavail * fs.f_frsize
         return BufferGauges(events, size, None if oldest is None else oldest[0], rejected,
-                            int(dropped[0]) if dropped else 0)
+                            int(notes.get("bus_rejections_dropped") or 0), rejected_bytes,
+                            int(notes.get("rejected_dropped") or 0), self.disk_full is not None, free)
 
     def requeue_rejected(self, *, reason: str | None, now: float) -> int:
         """Put rejected events back in the buffer (after the API was fixed to accept them); returns how many.

@@ -55,7 +55,7 @@ from amqp.exceptions import AccessRefused, NotFound, PreconditionFailed
 from tally_pipeline.collector.backoff import Backoff
 from tally_pipeline.collector.buffer import BusRejection
 from tally_pipeline.collector.client import Collector
-from tally_pipeline.collector.intake import Ignored, Mapped, Outcome, Rejected, raw_text
+from tally_pipeline.collector.intake import Ignored, Mapped, Outcome, RawCopy, Rejected, raw_copy
 from tally_pipeline.collector.metrics import CollectorMetrics
 
 log = logging.getLogger("tally_pipeline.collector")
@@ -133,7 +133,7 @@ class _Delivery:
     exchange: str
     topic: str
     outcome: Outcome
-    raw: str | None  # the body as text, kept only for a rejected message
+    raw: RawCopy | None  # an excerpt of the body, its size and digest: kept only for a rejected message
 
 
 class BusConsumer:
@@ -310,7 +310,7 @@ class BusConsumer:
             info = message.delivery_info
             self._pending.append(_Delivery(
                 info["delivery_tag"], info.get("exchange", ""), topic, outcome,
-                raw_text(body) if isinstance(outcome, Rejected) else None,
+                raw_copy(body) if isinstance(outcome, Rejected) else None,
             ))
         return on_message
 
@@ -343,7 +343,8 @@ class BusConsumer:
     def _flush(self, channel: Any, *, final: bool = False) -> None:
         batch = self._pending
         entries = [(o.event_id, o.body, o.size) for d in batch if isinstance(o := d.outcome, Mapped)]
-        rejections = [BusRejection(o.message_id, d.raw or "", o.reason, o.message)
+        rejections = [BusRejection(o.message_id, d.raw.excerpt if d.raw else "", o.reason, o.message,
+                                   d.raw.size if d.raw else None, d.raw.digest if d.raw else None)
                       for d in batch if isinstance(o := d.outcome, Rejected)]
         try:
             self._collector.submit_encoded(entries, rejected=rejections)

@@ -148,6 +148,8 @@ class Collector:
         max_buffered: int = 1_000_000,
         max_buffered_bytes: int = 1 << 30,
         max_bus_rejections: int = 100_000,
+        max_rejected_bytes: int = 64 << 20,
+        reserve_bytes: int = 8 << 20,
         batch_size: int = MAX_BATCH,
         max_body_bytes: int | None = DEFAULT_MAX_BODY,
         order: Order = "oldest",
@@ -193,7 +195,8 @@ class Collector:
         self._http = http or httpx.Client(timeout=httpx.Timeout(timeout, connect=connect_timeout))
         try:
             self._buffer = DiskBuffer(buffer_dir, max_events=max_buffered, max_bytes=max_buffered_bytes,
-                                      max_bus_rejections=max_bus_rejections)
+                                      max_bus_rejections=max_bus_rejections, max_rejected_bytes=max_rejected_bytes,
+                                      reserve_bytes=reserve_bytes)
         except BaseException:
             if self._owns_http:
                 self._http.close()
@@ -224,6 +227,7 @@ class Collector:
 
     def submit(self, event: dict[str, Any]) -> None:
         """Buffer one event; returns once it is on disk. Raises ``BufferFull`` (nothing buffered) at the limit,
+        ``BufferDiskFull`` while the disk is full,
         ``TypeError``/``ValueError`` for something that is not a strict-JSON object."""
         self.submit_many((event,))
 

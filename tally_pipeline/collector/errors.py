@@ -25,6 +25,17 @@ class BufferFull(CollectorError):
         )
 
 
+class BufferDiskFull(CollectorError):
+    """The disk holding the buffer is full: the events offered were not buffered (none of them). The
+    buffer still gives out what it holds (its reserve is freed for that) and takes events again once
+    there is room."""
+
+    def __init__(self, path: str, why: str):
+        self.path = path
+        super().__init__(f"collector buffer {path} refuses new events: {why}. It keeps sending what it holds; "
+                         "see `tally collector status --buffer-dir ...`.")
+
+
 class CollectorAuthError(CollectorError):
     """The API refused the collector's token (401) or its scope (403); sending stops, nothing is lost."""
 

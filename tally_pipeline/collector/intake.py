@@ -22,6 +22,7 @@ what orjson refuses (a number beyond a double's range) is read by the standard p
 
 from __future__ import annotations
 
+import hashlib
 import json
 import logging
 from collections.abc import Mapping
@@ -44,8 +45,9 @@ MAPPING_ERROR = "mapping_error"
 REJECT_REASONS = (UNPARSEABLE, "unknown_type", "invalid", NUMBER_OUT_OF_RANGE, INVALID_TEXT, MAPPING_ERROR)
 #: Every code a notification is ignored for (the mapping's ``IgnoredCode``).
 IGNORE_CODES = ("error_priority", "step", "audit", "no_usage_change")
-#: A rejected message is kept up to this many bytes of its body (a longer one is cut, and says so).
-MAX_RAW_BYTES = 1 << 20
+#: A rejected message is kept as an excerpt of this many bytes of its body at most (a longer one is cut,
+#: and says how much), beside its whole size and digest: poison costs the disk a few KiB a message.
+EXCERPT_BYTES = 4096
 
 
 @dataclass(frozen=True, slots=True)
@@ -124,15 +126,32 @@ def _has_float(value: Any) -> bool:
     return isinstance(value, float)
 
 
-def raw_text(body: bytes) -> str:
+@dataclass(frozen=True, slots=True)
+class RawCopy:
+    """What the rejected log keeps of a message: an excerpt, and the whole message's size and SHA-256."""
+
+    excerpt: str
+    size: int
+    digest: str
+
+
+def raw_copy(body: bytes) -> RawCopy:
+    return RawCopy(raw_text(body), len(body), hashlib.sha256(body).hexdigest())
+
+
+def raw_text(body: bytes, limit: int = EXCERPT_BYTES) -> str:
     """The body as text for the rejected log: credentials masked first (``scrub``), undecodable bytes
-    shown as escapes, a huge body cut."""
-    text = scrub_body(body)
-    if len(text) <= MAX_RAW_BYTES // 4:  # at most 4 bytes a character: surely within the bound
+    shown as escapes, cut to ``limit`` bytes (and then saying how many more there were)."""
+    # The whole body: a credential is found in its JSON, not in a cut piece. A NUL is shown as an escape
+    # (SQLite's text functions stop at one, so the log's byte count would drift).
+    text = scrub_body(body).replace("\x00", "\\x00")
+    if len(text) <= limit // 4:  # at most 4 bytes a character: surely within the bound
         return text
     data = text.encode("utf-8", "backslashreplace")
-    cut = len(data) - MAX_RAW_BYTES
-    return data[:MAX_RAW_BYTES].decode("utf-8", "ignore") + f"… [{cut} more bytes not kept]" if cut > 0 else text
+    if len(data) <= limit:
+        return text
+    kept = data[:limit].decode("utf-8", "ignore")
+    return kept + f"… [{len(body)} bytes in all; the first {len(kept.encode('utf-8'))} bytes of its text kept]"
 
 
 def _notification(body: bytes) -> dict[str, Any] | Rejected:

@@ -140,6 +140,18 @@ class _BufferCollector(Collector):
                                 g.rejected)
         yield GaugeMetricFamily("tally_collector_bus_rejections_dropped",
                                 "Rejected bus messages dropped from the log beyond its cap", g.bus_rejections_dropped)
+        yield GaugeMetricFamily("tally_collector_rejected_log_bytes",
+                                "Bytes of the rejected log (bodies and messages), bounded by max_rejected_bytes",
+                                g.rejected_bytes)
+        yield GaugeMetricFamily("tally_collector_rejected_log_dropped",
+                                "Rejected-log rows dropped, oldest first, to keep it within max_rejected_bytes",
+                                g.rejected_dropped)
+        yield GaugeMetricFamily("tally_collector_buffer_disk_full",
+                                "1 while the buffer's disk is full: new events are refused, held ones still sent",
+                                1 if g.disk_full else 0)
+        if g.disk_free_bytes is not None:
+            yield GaugeMetricFamily("tally_collector_buffer_disk_free_bytes",
+                                    "Free bytes on the file system holding the buffer", g.disk_free_bytes)
 
 
 class _ThreadingServer(ThreadingMixIn, WSGIServer):
@@ -152,12 +164,15 @@ class _QuietHandler(WSGIRequestHandler):
 
 
 class MetricsServer:
-    """``/metrics`` and ``/healthz`` served from a thread; ``health()`` says whether the process works."""
+    """``/metrics``, ``/healthz`` and ``/livez`` served from a thread; ``health()`` says whether the process
+    works, ``live()`` only whether its threads run (a full disk fails ``/healthz``, not ``/livez``: a
+    restart would not give the disk back, and would interrupt the drain)."""
 
     def __init__(self, metrics: CollectorMetrics, health: Callable[[], tuple[bool, dict[str, Any]]],
-                 host: str, port: int):
+                 host: str, port: int, live: Callable[[], bool] | None = None):
         self._metrics_app = make_wsgi_app(metrics.registry)
         self._health = health
+        self._live = live or (lambda: health()[0])
         self._server = make_server(host, port, self._app, server_class=_ThreadingServer, handler_class=_QuietHandler)
         self.port = self._server.server_port
         self._thread = threading.Thread(target=self._server.serve_forever, name="tally-collector-metrics",
@@ -181,5 +196,9 @@ class MetricsServer:
             start_response("200 OK" if ok else "503 Service Unavailable",
                            [("Content-Type", "application/json"), ("Content-Length", str(len(body)))])
             return [body]
+        if path == "/livez":
+            ok = self._live()
+            start_response("200 OK" if ok else "503 Service Unavailable", [("Content-Type", "text/plain")])
+            return [b"live\n" if ok else b"not live: a thread of the collector stopped\n"]
         start_response("404 Not Found", [("Content-Type", "text/plain")])
-        return [b"not found: /metrics and /healthz live here\n"]
+        return [b"not found: /metrics, /healthz and /livez live here\n"]

@@ -10,7 +10,8 @@ services emit only the legacy one.
 event type                             our type         size from the payload
 =====================================  ===============  =========================================
 nova instance create / delete /        instance         the flavor, and the status nova's API
-soft delete / restore / resize /                        shows after the action (``openstack_nova``)
+soft delete / restore / resize /                        shows after the action (``openstack_nova``;
+resize preparation /                                    a resize's preparation: the flavor before it)
 power off / on, suspend / resume,
 pause / unpause, shelve / offload /
 unshelve

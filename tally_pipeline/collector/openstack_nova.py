@@ -62,6 +62,11 @@ DELETE = NovaAction("delete", "compute.instance.delete.end", (*_CLOCKS.ends_at, 
 SOFT_DELETE = NovaAction("soft_delete", "compute.instance.soft_delete.delete.end", ("deleted_at", "terminated_at"), False)
 # A restore starts a new lifecycle at the restore; nova's payload has no instant of its own for it.
 RESTORE = NovaAction("restore", "compute.instance.restore.create.end", (), True)
+# A resize's preparation carries the flavor the instance still runs on (legacy ``instance_type``,
+# versioned ``flavor``; the target is ``new_instance_type`` / ``new_flavor``): an update that changes
+# nothing for a live instance, and that tells the flavor before the resize when the create was lost
+# (reconciliation starts the lifecycle on it: core/reconcile.py ``older_size``).
+RESIZE_PREP = NovaAction("resize_prep", "compute.instance.resize.prep.end", (), True)
 # The payload of each resize step carries the flavor the instance runs on after that step.
 RESIZE_FINISH = NovaAction("resize_finish", "compute.instance.finish_resize.end", (), True)
 RESIZE_REVERT = NovaAction("resize_revert", "compute.instance.resize.revert.end", (), True)
@@ -77,7 +82,7 @@ SHELVE = NovaAction("shelve", "compute.instance.shelve.end", (), True)
 SHELVE_OFFLOAD = NovaAction("shelve_offload", "compute.instance.shelve_offload.end", (), True)
 UNSHELVE = NovaAction("unshelve", "compute.instance.unshelve.end", (), True)
 POWER_ACTIONS = (POWER_OFF, POWER_ON, SUSPEND, RESUME, PAUSE, UNPAUSE, SHELVE, SHELVE_OFFLOAD, UNSHELVE)
-ACTIONS = (CREATE_START, CREATE, DELETE, SOFT_DELETE, RESTORE, RESIZE_FINISH, RESIZE_REVERT, RESIZE_CONFIRM, *POWER_ACTIONS)
+ACTIONS = (CREATE_START, CREATE, DELETE, SOFT_DELETE, RESTORE, RESIZE_PREP, RESIZE_FINISH, RESIZE_REVERT, RESIZE_CONFIRM, *POWER_ACTIONS)
 
 #: nova's vm_state (the notifications' ``state``) → the status its API shows, lower-cased: nova's
 #: own table (nova/api/openstack/common.py ``_STATE_MAP``, each state's default).
@@ -94,6 +99,7 @@ LEGACY_TYPES: dict[str, NovaAction] = {
     "compute.instance.delete.end": DELETE,
     "compute.instance.soft_delete.end": SOFT_DELETE,
     "compute.instance.restore.end": RESTORE,
+    "compute.instance.resize.prep.end": RESIZE_PREP,
     "compute.instance.finish_resize.end": RESIZE_FINISH,
     "compute.instance.resize.revert.end": RESIZE_REVERT,
     "compute.instance.resize.confirm.end": RESIZE_CONFIRM,
@@ -106,6 +112,7 @@ VERSIONED_TYPES: dict[str, NovaAction] = {
     "instance.delete.end": DELETE,
     "instance.soft_delete.end": SOFT_DELETE,
     "instance.restore.end": RESTORE,
+    "instance.resize_prep.end": RESIZE_PREP,
     "instance.resize_finish.end": RESIZE_FINISH,
     "instance.resize_revert.end": RESIZE_REVERT,
     "instance.resize_confirm.end": RESIZE_CONFIRM,

@@ -42,6 +42,8 @@ class CollectorService:
     max_buffered_events: int = 1_000_000
     max_buffered_bytes: int = 1 << 30
     max_bus_rejections: int = 100_000
+    max_rejected_bytes: int = 64 << 20
+    buffer_reserve_bytes: int = 8 << 20
     http_timeout: float = 10.0
     #: reads cinder's volume type names (id → name), or None when it cannot; None: the ids are kept
     volume_type_names: Callable[[], Mapping[str, str] | None] | None = None
@@ -54,7 +56,9 @@ def run(service: CollectorService, stop: threading.Event) -> int:
                                max_events=service.max_buffered_events, max_bytes=service.max_buffered_bytes)
     collector = Collector(service.api_url, service.token, service.buffer_dir,
                           max_buffered=service.max_buffered_events, max_buffered_bytes=service.max_buffered_bytes,
-                          max_bus_rejections=service.max_bus_rejections, timeout=service.http_timeout,
+                          max_bus_rejections=service.max_bus_rejections,
+                          max_rejected_bytes=service.max_rejected_bytes, reserve_bytes=service.buffer_reserve_bytes,
+                          timeout=service.http_timeout,
                           on_result=metrics.on_send)
     metrics.watch_buffer(collector.buffer.gauges)
     names: dict[str, str] = {}  # filled in place by the refresher; the reader sees each update whole
@@ -63,7 +67,7 @@ def run(service: CollectorService, stop: threading.Event) -> int:
     reading = threading.Thread(target=_guarded(consumer.run, stop), name="tally-collector-bus", daemon=True)
     try:
         server = MetricsServer(metrics, partial(_health, consumer, reading, collector), service.metrics_host,
-                               service.metrics_port)
+                               service.metrics_port, live=lambda: reading.is_alive() and collector.running)
     except OSError:
         collector.close()
         raise
@@ -139,5 +143,7 @@ def _health(consumer: BusConsumer, reading: threading.Thread, collector: Collect
         "services": services_json(consumer.settings.service_exchanges, consumer.exchanges, time.time()),
         "last_broker_error": consumer.last_error,
         "sender": "running" if collector.running else ("stopped: " + str(sender_error) if sender_error else "stopped"),
+        # A full disk: the buffer refuses new events (they stay in the broker) while it sends what it holds.
+        "buffer": "writable" if (full := collector.buffer.disk_full) is None else f"not writable: {full}",
     }
-    return reading.is_alive() and collector.running, details
+    return reading.is_alive() and collector.running and full is None, details

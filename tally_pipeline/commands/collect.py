@@ -172,7 +172,8 @@ def collect_openstack(config_path: str | None, log_level: str, **given: Any) -> 
         cloud=s.cloud, api_url=s.api_url, token=_token(s.token_file), buffer_dir=s.buffer_dir, bus=bus,
         metrics_host=s.metrics_host, metrics_port=s.metrics_port, drain_timeout=s.drain_timeout,
         max_buffered_events=s.max_buffered_events, max_buffered_bytes=s.max_buffered_bytes,
-        max_bus_rejections=s.max_bus_rejections, volume_type_names=volume_type_names(clouds, s.cloud),
+        max_bus_rejections=s.max_bus_rejections, max_rejected_bytes=s.max_rejected_bytes,
+        buffer_reserve_bytes=s.buffer_reserve_bytes, volume_type_names=volume_type_names(clouds, s.cloud),
     )
     stop = threading.Event()
     for signum in (signal.SIGTERM, signal.SIGINT):

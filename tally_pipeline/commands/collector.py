@@ -56,7 +56,9 @@ def _rejected_entry(r: Any) -> dict[str, Any]:
     entry = {"event_id": r.event_id, "reason": r.reason, "message": r.message, "origin": r.origin,
              "rejected_at": r.rejected_at, "attempts": r.attempts}
     if r.origin == "bus":
-        entry["raw"] = r.body
+        entry["raw"] = r.body  # an excerpt of the message; its whole size and SHA-256 beside it
+        entry["size"] = r.size
+        entry["sha256"] = r.digest
     else:
         entry["event"] = json.loads(r.body)
     return entry

@@ -5,9 +5,32 @@ from __future__ import annotations
 import importlib.util
 import json
 import logging
+import sys
+import time
 from pathlib import Path
 
 import click
+
+
+def _say(line: str) -> None:
+    click.echo(f"tally demo: {line}", err=True)
+
+
+class PipedProgress:
+    """Progress for a stderr that is not a terminal: each stage, and each tenth of the window, on a line of its own."""
+
+    def __init__(self) -> None:
+        self.started = time.monotonic()
+        self.tenths = 0
+
+    def stage(self, what: str) -> None:
+        _say(f"{what} ({time.monotonic() - self.started:.0f} s)")
+
+    def tick(self, n: int, total: int) -> None:
+        tenths = n * 10 // max(1, total)
+        if tenths > self.tenths:
+            self.tenths = tenths
+            _say(f"{tenths * 10}% of the window ({n}/{total} ticks, {time.monotonic() - self.started:.0f} s)")
 
 
 @click.command("demo")
@@ -38,10 +61,15 @@ def demo(clouds: int, hours: float, loss: float, duplicates: float, seed: int, d
         logging.getLogger("dagster").setLevel(logging.WARNING)
     settings = DemoSettings(clouds=clouds, hours=hours, loss=loss, duplicates=duplicates, seed=seed,
                             directory=directory.resolve() if directory else None, verbose=verbose)
-    # The bar goes to stderr and only on a terminal (disable=None), so --json output stays clean.
-    with tqdm(total=int(hours * 6), desc="simulated 10-minute ticks", unit="tick", leave=False,
-              disable=None) as bar:
-        run = run_demo(settings, progress=lambda n, total: bar.update(n - bar.n))
+    if sys.stderr.isatty():  # a bar on a terminal, on stderr, so --json output stays clean
+        with tqdm(total=int(hours * 6), desc="simulated 10-minute ticks", unit="tick", leave=False) as bar:
+            run = run_demo(settings, progress=lambda n, total: bar.update(n - bar.n),
+                           stage=lambda what: bar.write(f"tally demo: {what}", file=sys.stderr))
+    else:  # piped or logged: a line per stage and per tenth of the window, as they happen
+        lines = PipedProgress()
+        run = run_demo(settings, progress=lines.tick, stage=lines.stage)
+    figures = report(run)
+    _say(f"drawing {figures['picture']}")
     figures = report(run)
     picture(run, Path(figures["picture"]))
     click.echo(json.dumps(figures, indent=2) if as_json else text(figures))

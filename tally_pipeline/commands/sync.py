@@ -3,17 +3,63 @@
 from __future__ import annotations
 
 import json
+from typing import TYPE_CHECKING
 
 import click
 
 from tally_pipeline.commands._options import with_runtime
 from tally_pipeline.core.timeutil import TimestampError, format_rfc3339, parse_rfc3339
+from tally_pipeline.core.type_summary import cause_of
 from tally_pipeline.runtime import Runtime
 from tally_pipeline.services.errors import UnknownCloud
+
+if TYPE_CHECKING:
+    from tally_pipeline.services.reconciliation import SyncRun
 
 
 def _default(value):
     return format_rfc3339(value) if hasattr(value, "isoformat") else str(value)
+
+
+#: What each count of a run means, printed under the numbers (docs/reconciliation.md has the rules).
+COUNT_MEANINGS = (
+    ("created", "live on the platform, unknown to the events: a create written"),
+    ("updated", "size, project or status differed: an update written"),
+    ("deleted", "gone from the platform, live in the events: a delete written"),
+    ("recovered", "created and deleted between two looks, never announced: both ends written, from the "
+                  "platform's deleted listing"),
+)
+
+
+def run_lines(run: SyncRun) -> list[str]:
+    """``tally sync``'s answer: the outcome, what each count means, and a table per type."""
+    drift = (f"first load of the cloud ({run.created} created; not drift)" if run.first_load
+             else f"drift {run.drift:.2%} of the {run.live_before} resources live before"
+             + (f" ({run.late} late deliveries settled, not drift)" if run.late else ""))
+    lines = [f"{run.cloud}: {run.status}, platform listed at {format_rfc3339(run.poll_time)}; {drift}",
+             "  corrections written as sync.* events (resources):"]
+    lines += [f"    {getattr(run, name):>6} {name:9} {meaning}" for name, meaning in COUNT_MEANINGS]
+    deferrals = ", ".join(f"{k} {v}" for k, v in run.deferrals_by_reason().items())
+    lines.append(f"  held back: {run.deferred} deferred to a later run" + (f" ({deferrals})" if deferrals else "")
+                 + f", {run.skipped} listed but unreadable (skipped)")
+    lines.append(f"  {'type':14} {'listed':>7} {'created':>8} {'updated':>8} {'deleted':>8} {'recovered':>10} "
+                 f"{'deferred':>9}  (listed: live resources the platform showed)")
+    seen: dict[str | None, str] = {}
+    for rtype, outcome in run.per_type.items():
+        if outcome.status != "enumerated":
+            cause, _ = cause_of(outcome.reason)  # the same failure, whatever request id each call carried
+            same = seen.get(cause)
+            seen.setdefault(cause, rtype)
+            lines.append(f"  {rtype:14} NOT LISTED: " + (f"the same error as {same}" if same else str(outcome.reason)))
+            continue
+        notes = ([f"{outcome.skipped_total} skipped"] if outcome.skipped_total else []) + (
+            ["guard held its deletes"] if outcome.guard_tripped else []) + (
+            [f"updates dated by {', '.join(f'{k} {v}' for k, v in outcome.dated_by.items())}"]
+            if outcome.dated_by else []) + (
+            [f"{outcome.size_unknown} created on a size unknown before a resize"] if outcome.size_unknown else [])
+        lines.append(f"  {rtype:14} {outcome.listed:>7} {outcome.created:>8} {outcome.updated:>8} {outcome.deleted:>8} "
+                     f"{outcome.recovered:>10} {outcome.deferred:>9}" + (f"  ({', '.join(notes)})" if notes else ""))
+    return lines
 
 
 @click.command("sync")
@@ -38,20 +84,8 @@ def sync(rt: Runtime, cloud: str, run_key: str | None, at: str | None, as_json: 
     if as_json:
         click.echo(json.dumps(run.as_json(), indent=2, default=_default))
     else:
-        drift = (f"first load of the cloud ({run.created} created; not drift)" if run.first_load
-                 else f"drift {run.drift:.2%} of {run.live_before} live"
-                 + (f" ({run.late} late deliveries settled, not drift)" if run.late else ""))
-        click.echo(
-            f"{run.cloud}: {run.status}, polled at {format_rfc3339(run.poll_time)}: created {run.created}, updated "
-            f"{run.updated}, deleted {run.deleted}, recovered {run.recovered}, deferred {run.deferred} "
-            f"({', '.join(f'{k}={v}' for k, v in run.deferrals_by_reason().items()) or 'none'}), "
-            f"skipped {run.skipped}; {drift}"
-        )
-        for rtype, outcome in run.per_type.items():
-            state = f"{outcome.listed} listed" if outcome.status == "enumerated" else f"FAILED: {outcome.reason}"
-            skipped = outcome.skipped_total
-            click.echo(f"  {rtype:14} {state}, {outcome.corrections} corrections, {outcome.deferred} deferred"
-                       + (f", {skipped} skipped" if skipped else "") + (", guard tripped" if outcome.guard_tripped else ""))
+        for line in run_lines(run):
+            click.echo(line)
     if run.status == "failed":
         raise SystemExit(1)
 

@@ -29,12 +29,15 @@ narrowed by the platform (``insufficient_scope``): the type counts as failed.
 
 from __future__ import annotations
 
+import dataclasses
 import uuid
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any, Literal
 
+from tally_pipeline.core import actions as nova_actions
+from tally_pipeline.core.actions import DatedBy, InstanceAction
 from tally_pipeline.core.clocks import life_start
 from tally_pipeline.core.platform import (
     INSUFFICIENT_SCOPE,
@@ -105,6 +108,45 @@ class Correction:
     #: A create whose billable life starts after the platform's request (nova: launched after
     #: created): the request, written as a ``sync.create.start`` note so the history keeps it.
     requested_at: datetime | None = None
+    #: What the platform said to date it by, for a status or flavor difference (``core/actions.py``):
+    #: ``action``, ``updated`` or ``poll``; None where no such rule applies.
+    dated_by: DatedBy | None = None
+    #: A lifecycle's earlier history is written as several events of one resource in one run: each
+    #: after the first is numbered (its event id tells them apart).
+    step: int = 0
+    #: What dating it by the platform's record needs (``redate``); None: dated as planned.
+    basis: Basis | None = field(default=None, compare=False, repr=False)
+    #: The size it starts on is not known (resized before, and nothing kept says from what).
+    size_unknown: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Basis:
+    """What ``redate`` needs of an instance correction: the projection's view and the listing's times."""
+
+    observed: datetime | None  # the projection's last event (None: it knew nothing)
+    updated: datetime | None  # the platform's last change of any kind
+    created: datetime  # the platform's request
+    size_differs: bool = False
+    status_differs: bool = False
+    prior_size: dict[str, Any] | None = None
+    prior_status: str | None = None
+    prior_project: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class KeptUpdate:
+    """An update the history kept of a resource the projection has not seen born (its create lost)."""
+
+    occurred_at: datetime
+    event_type: str
+    size: dict[str, Any] | None
+
+
+#: Stored event types whose update changes the size (the others carry the size the resource had
+#: before them too): nova's resize and its revert, cinder's extend and retype.
+RESIZE_EVENT_TYPES = frozenset({"compute.instance.finish_resize.end", "compute.instance.resize.revert.end",
+                                "volume.resize.end", "volume.retype"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -379,9 +421,14 @@ def _diff_listed(item: ListedResource, p: ProjectedResource | None, settle_from:
             _defer(result, outcome, "update", rtype, rid, "settle_window", f"{what} differs; changed recently",
                    _latest(item.updated_at, p.last_event_at) + settings.settle_window)
         else:
+            basis = None if stuck is not None or rtype not in STATUS_TYPES else Basis(
+                p.last_event_at, item.updated_at, item.created_at, size_differs=item.size != p.size,
+                status_differs=status_differs, prior_size=p.size, prior_status=p.platform_status,
+                prior_project=p.project_id)
             result.corrections.append(Correction("update", rtype, rid, now, item.project_id, item.size,
                                                  f"{what} differs" + (f"; {stuck}" if stuck else ""),
-                                                 stuck=stuck is not None, status=status))
+                                                 stuck=stuck is not None, status=status,
+                                                 dated_by="poll", basis=basis))
             outcome.corrections += 1
             outcome.stuck_transition += stuck is not None
         return
@@ -414,12 +461,17 @@ def _diff_listed(item: ListedResource, p: ProjectedResource | None, settle_from:
         outcome.stuck_transition += stuck is not None
     else:
         start = life_start(rtype, item.created_at, item.started_at)
+        # A resource whose history has events (``unborn``: its create lost) may have kept what
+        # its size was before a change; an instance's past is read from its actions (``redate``).
+        basis = None if stuck is not None else Basis(
+            p.last_event_at if p is not None else None, item.updated_at, item.created_at)
         result.corrections.append(Correction("create", rtype, rid, start, item.project_id, item.size,
                                              "not in projection" + (f"; {stuck}" if stuck else ""),
                                              stuck=stuck is not None, status=status,
                                              # a resource with history has its request there already
                                              # (the collector keeps nova's create.start)
-                                             requested_at=_requested(item.created_at, start) if p is None else None))
+                                             requested_at=_requested(item.created_at, start) if p is None else None,
+                                             basis=basis))
         outcome.corrections += 1
         outcome.stuck_transition += stuck is not None
 
@@ -470,6 +522,135 @@ def _recover(gone: Iterable[DeletedResource], by_type: Mapping[str, Mapping[str,
                                              why, recovered=True))
 
 
+def wants_actions(corrections: Iterable[Correction]) -> list[str]:
+    """The instances whose corrections nova's actions date (``redate``): a status or flavor
+    difference, or a lifecycle reconciliation opens. Nothing else is asked about."""
+    return sorted({c.resource_id for c in corrections
+                   if c.resource_type in STATUS_TYPES and c.basis is not None and c.step == 0
+                   and (c.action == "create" or c.basis.size_differs or c.basis.status_differs)})
+
+
+def born_unseen(corrections: Iterable[Correction]) -> list[tuple[str, str]]:
+    """The creates of resources whose history holds events already (their create lost): what those
+    kept may say of their size before a change (``KeptUpdate``)."""
+    return [(c.resource_type, c.resource_id) for c in corrections
+            if c.action == "create" and c.basis is not None and c.basis.observed is not None]
+
+
+def older_size(kept: Sequence[KeptUpdate], start: datetime, before: datetime | None = None
+               ) -> tuple[dict[str, Any] | None, bool]:
+    """The size a resource had from ``start``, as the updates its history kept say it: (size, known).
+
+    Without ``before``: the earliest kept update with a size after ``start`` — an update that does
+    not resize carries the size it had before too (known); a resize says only the new one (its
+    size, unknown). With ``before`` (an instance resized then, per nova's actions): the last kept
+    update before it that is not a resize (known), else unknown. (None, True): nothing kept.
+    """
+    sized = sorted((k for k in kept if k.size is not None and k.occurred_at > start
+                    and (before is None or k.occurred_at < before)), key=lambda k: k.occurred_at)
+    if before is not None:
+        plain = [k for k in sized if k.event_type not in RESIZE_EVENT_TYPES]
+        return (plain[-1].size, True) if plain else (None, False)
+    if not sized:
+        return None, True
+    return sized[0].size, sized[0].event_type not in RESIZE_EVENT_TYPES
+
+
+def redate(corrections: Sequence[Correction], actions: Mapping[str, Sequence[InstanceAction]] | None,
+           kept: Mapping[tuple[str, str], Sequence[KeptUpdate]], polls: Mapping[str, datetime],
+           now: datetime) -> list[Correction]:
+    """The corrections dated by the platform's own record (``core/actions.py``).
+
+    ``actions`` holds nova's actions per server asked about (None: the adapter offers none, so
+    nothing is redated by them); ``kept`` the updates kept in the history of resources created
+    now. A status or flavor update is dated by the action that explains it, the server's
+    ``updated``, else the poll (split in two when status and flavor were changed apart); a
+    lifecycle opened for an instance gets its past from its actions (``actions.history``); a
+    create whose history kept updates starts on the size they say it had before, or is marked
+    ``size_unknown``.
+    """
+    out: list[Correction] = []
+    for c in corrections:
+        if c.basis is None:
+            out.append(c)
+            continue
+        poll = polls.get(c.resource_type, now)
+        found = actions.get(c.resource_id) if actions is not None and c.resource_type in STATUS_TYPES else None
+        if c.action == "update":
+            out.extend(_dated_update(c, c.basis, found, poll) if actions is not None else [_plain(c)])
+        elif found is not None:
+            out.extend(_past(c, c.basis, found, kept.get((c.resource_type, c.resource_id), ()), poll))
+        else:
+            out.append(_sized_from_kept(c, kept.get((c.resource_type, c.resource_id), ())))
+    return out
+
+
+def _plain(c: Correction) -> Correction:
+    return dataclasses.replace(c, basis=None)
+
+
+def _said(d: nova_actions.Dated) -> str:
+    if d.by == "action":
+        return f"; dated by nova's {d.action} action {d.request_id}"
+    return "; dated by the platform's updated" if d.by == "updated" else "; dated at the poll"
+
+
+def _dated_update(c: Correction, b: Basis, found: Sequence[InstanceAction] | None, poll: datetime
+                  ) -> list[Correction]:
+    done = found or ()
+    if c.project_id != b.prior_project:  # a project change has no action of its own: at the poll
+        return [dataclasses.replace(c, basis=None, dated_by="poll")]
+    status = (nova_actions.date_status(done, c.status, observed=b.observed, updated=b.updated, poll=poll)
+              if b.status_differs else None)
+    flavor = (nova_actions.date_flavor(done, observed=b.observed, updated=b.updated, poll=poll)
+              if b.size_differs else None)
+    if status is None or flavor is None or status.at == flavor.at:
+        d = status if flavor is None or (status is not None and status.by == "action") else flavor
+        assert d is not None
+        return [dataclasses.replace(c, occurred_at=d.at, dated_by=d.by, why=c.why + _said(d), basis=None)]
+    # changed apart (a resize, then a stop): the earlier change first, the other after it
+    first_is_status = status.at < flavor.at
+    first, second = (status, flavor) if first_is_status else (flavor, status)
+    early = dataclasses.replace(c, occurred_at=first.at, dated_by=first.by, why=c.why + _said(first), basis=None,
+                                size=b.prior_size if first_is_status else c.size,
+                                status=c.status if first_is_status else b.prior_status)
+    late = dataclasses.replace(c, occurred_at=second.at, dated_by=second.by, why=c.why + _said(second),
+                               basis=None, step=1)
+    return [early, late]
+
+
+def _past(c: Correction, b: Basis, found: Sequence[InstanceAction], kept: Sequence[KeptUpdate], poll: datetime
+          ) -> list[Correction]:
+    """A lifecycle opened for an instance, with its past as nova's actions tell it."""
+    resizes = [a.done_at for a in found if a.action in nova_actions.FLAVOR_ACTIONS and not a.failed]
+    launched = nova_actions.launch(found, c.occurred_at)
+    older, _ = older_size(kept, launched, min(resizes)) if resizes and kept else (None, False)
+    past = nova_actions.history(found, launched_at=c.occurred_at, shown=c.status, size=c.size or {},
+                                size_before=older, updated=b.updated, poll=poll)
+    why = c.why + ("; its past from nova's instance actions" if past.steps or past.start != c.occurred_at else "")
+    if past.size_unknown:
+        why += "; resized before, the flavor before unknown: the listed one"
+    out = [dataclasses.replace(
+        c, occurred_at=past.start, size=past.size, status=past.status, why=why, basis=None,
+        size_unknown=past.size_unknown,
+        requested_at=c.requested_at if c.requested_at is not None and c.requested_at < past.start else None)]
+    for n, step in enumerate(past.steps, start=1):
+        out.append(Correction("update", c.resource_type, c.resource_id, step.at, c.project_id, step.size,
+                              "earlier history" + _said(step.dated), status=step.status, dated_by=step.dated.by,
+                              step=n))
+    return out
+
+
+def _sized_from_kept(c: Correction, kept: Sequence[KeptUpdate]) -> Correction:
+    """A create whose history kept updates: on the size they say it had (or marked unknown)."""
+    older, known = older_size(kept, c.occurred_at)
+    if older is None or (known and older == c.size):
+        return _plain(c)
+    why = c.why + ("; on the size its kept history gives before" if known
+                   else "; size before its first kept resize unknown: the earliest size kept")
+    return dataclasses.replace(c, size=older, size_unknown=not known, why=why, basis=None)
+
+
 def _defer(result: Plan, outcome: TypeOutcome, action: Action, rtype: str, rid: str, reason: DeferReason,
            detail: str, retry_after: datetime | None) -> None:
     result.deferrals.append(Deferral(action, rtype, rid, reason, detail, retry_after))
@@ -492,8 +673,7 @@ def _latest(a: datetime | None, b: datetime) -> datetime:
 EVENT_TYPES: dict[Action, str] = {"create": "sync.create", "update": "sync.update", "delete": "sync.delete"}
 
 
-def synthetic_event_id(cloud: str, run_key: str, resource_type: str, resource_id: str,
-                       action: Action | Literal["request"]) -> str:
+def synthetic_event_id(cloud: str, run_key: str, resource_type: str, resource_id: str, action: str) -> str:
     """Deterministic: a retried run (same run key) writes the same ids, and dedup absorbs them."""
     return str(uuid.uuid5(SYNC_NAMESPACE, "\x1f".join((cloud, run_key, resource_type, resource_id, action))))
 
@@ -532,13 +712,20 @@ def synthetic_events(cloud: str, run_key: str, corrections: Iterable[Correction]
     the requests' notes are ``request_notes``)."""
     events = []
     for c in corrections:
-        payload: dict[str, Any] = {"sync": {"run_key": run_key, "why": c.why}}
+        sync: dict[str, Any] = {"run_key": run_key, "why": c.why}
+        if c.dated_by is not None:
+            sync["dated_by"] = c.dated_by
+        if c.size_unknown:
+            sync["size_unknown"] = True
+        payload: dict[str, Any] = {"sync": sync}
         if c.size is not None:
             payload["size"] = c.size
         if c.status is not None:
             payload["status"] = c.status
+        # the steps of one resource's past are told apart by their number (the first keeps the old id)
+        name = c.action if not c.step else f"{c.action}:{c.step}"
         event: dict[str, Any] = {
-            "event_id": synthetic_event_id(cloud, run_key, c.resource_type, c.resource_id, c.action),
+            "event_id": synthetic_event_id(cloud, run_key, c.resource_type, c.resource_id, name),
             "event_type": EVENT_TYPES[c.action],
             "cloud": cloud,
             "resource_type": c.resource_type,

@@ -6,8 +6,33 @@ the Dagster metadata: one type for all of them, so a field cannot be misspelled 
 
 from __future__ import annotations
 
+import re
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any, Literal
+
+#: What differs between two answers of the same failure: the request id each service call carried.
+_REQUEST_ID = re.compile(r"\s*\(Request-ID: (req-[0-9A-Za-z-]+)\)")
+
+
+def cause_of(reason: str | None) -> tuple[str | None, list[str]]:
+    """A failed type's reason without its request ids, and those ids: two types refused by keystone
+    for the same reason have the same cause and differ only by the request ids."""
+    if reason is None:
+        return None, []
+    return _REQUEST_ID.sub("", reason), _REQUEST_ID.findall(reason)
+
+
+def grouped_causes(reasons: dict[str, str | None]) -> list[str]:
+    """One ``"type, type: cause (Request-ID: …)"`` per distinct cause, types sorted, causes in the order of
+    their first type: a platform that refuses every listing for one cause says so once, not per type."""
+    by_cause: dict[str | None, tuple[list[str], list[str]]] = {}
+    for rtype in sorted(reasons):
+        cause, ids = cause_of(reasons[rtype])
+        types, all_ids = by_cause.setdefault(cause, ([], []))
+        types.append(rtype)
+        all_ids.extend(ids)
+    return [f"{', '.join(types)}: {cause}" + (f" (Request-ID: {', '.join(ids)})" if ids else "")
+            for cause, (types, ids) in by_cause.items()]
 
 
 @dataclass
@@ -31,6 +56,15 @@ class TypeSummary:
     never_ran: dict[str, int] = field(default_factory=dict)  # failed builds not billed, by why
     stuck_transition: int = 0
     restarts: int = 0
+    #: What dated each stored status or size correction (``sync.update``): ``action`` (nova's instance
+    #: actions), ``updated`` (the platform's last change), ``poll`` (nothing better known).
+    dated_by: dict[str, int] = field(default_factory=dict)
+    #: Lifecycles opened on a size not known before a resize (nothing kept says the older one).
+    size_unknown: int = 0
+    #: Resources whose platform record of actions was asked for (nova: os-instance-actions), and
+    #: those not asked for because the run's bound on them was reached.
+    actions_asked: int = 0
+    actions_not_asked: int = 0
     #: corrections of resources whose collector events arrived after the previous sync started yet
     #: occurred before its poll (a landing backlog, a delayed buffer): settled, not drift
     late: int = 0

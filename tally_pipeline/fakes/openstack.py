@@ -14,6 +14,10 @@ image           ``/image``          ``GET /v2/images`` (top-level ``next``; defa
 load-balancer   ``/load-balancer``  ``GET /v2.0/lbaas/loadbalancers`` (``loadbalancers_links``)
 ==============  ==================  ===========================================================
 
+Nova's usage API, ``GET /v2.1/os-simple-tenant-usage`` (all projects, admin) and
+``/os-simple-tenant-usage/{project}``, is computed from the same servers as nova computes it and pages
+as nova pages it (``openstack_usage``).
+
 Each type also answers GET by id (``/servers/{id}``, ``/volumes/{id}``, ``/floatingips/{id}``,
 ``/images/{id}``, ``/lbaas/loadbalancers/{id}``): 200 with the record while the platform holds
 it, 404 once it is gone; a soft-deleted server (status ``SOFT_DELETED`` among the view's deleted
@@ -51,7 +55,7 @@ import secrets
 import socket
 import threading
 from collections.abc import Callable
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from http.server import ThreadingHTTPServer
 from typing import Any, Literal
@@ -72,11 +76,28 @@ from tally_pipeline.fakes.openstack_model import (
 )
 from tally_pipeline.sim.platform import FailureMode, PlatformRecord, PlatformView
 
-__all__ = ["CINDER_MAX", "DOMAIN", "RESOURCE_TYPES", "SERVICES", "FakeOpenStack", "Fault", "FaultKind",
+__all__ = ["CINDER_MAX", "FakeAction", "DOMAIN", "RESOURCE_TYPES", "SERVICES", "FakeOpenStack", "Fault", "FaultKind",
            "RecordedRequest", "Service", "Token", "User"]
 
+#: The event nova's compute manager records for an action, where it is not ``compute_<action>_instance``.
+_EVENT_NAMES = {"create": "compute__do_build_and_run_instance", "resize": "compute_finish_resize",
+                "confirmResize": "compute_confirm_resize", "revertResize": "compute_finish_revert_resize",
+                "shelveOffload": "compute_shelve_offload_instance", "start": "compute_start_instance"}
+
+
+@dataclass(frozen=True)
+class FakeAction:
+    """One instance action: its request, name, request time, events (name, start, finish) and outcome."""
+
+    request_id: str
+    action: str
+    start: datetime
+    events: tuple[tuple[str, datetime, datetime | None], ...]
+    failed: bool = False
+
+
 class FakeOpenStack:
-    """A fake OpenStack cloud on ``127.0.0.1:<free port>``, backed by a ``PlatformView``.
+    """A fake OpenStack cloud on ``127.0.0.1:<port>`` (a free one by default), backed by a ``PlatformView``.
 
     Use as a context manager (or ``start()``/``stop()``). ``auth_url`` is the keystone endpoint;
     ``auth()`` and ``clouds_yaml_entry()`` give ready-made client settings.
@@ -92,8 +113,10 @@ class FakeOpenStack:
         nova_max_microversion: str = "2.96",
         region: str = "RegionOne",
         hang_limit: float = 30.0,
+        port: int = 0,
     ):
         self.view = view
+        self.requested_port = port  # 0: a free port
         self.cloud = cloud
         self.region = region
         self.hang_limit = hang_limit
@@ -111,7 +134,9 @@ class FakeOpenStack:
         self._public: set[str] = set()
         self._vanishing: dict[str, tuple[str, int]] = {}  # id -> (type, pages after which it is gone)
         self._vanished: dict[str, datetime] = {}  # id -> when it was deleted
+        self._actions: dict[str, list[FakeAction]] = {}  # server id -> its recorded instance actions
         self._pages: dict[str, int] = {}  # list pages answered per type
+        self.usage_pages = 0  # pages of os-simple-tenant-usage answered
         self._released = threading.Event()
         self._lock = threading.Lock()
         self._recorded = threading.Condition(self._lock)
@@ -196,6 +221,11 @@ class FakeOpenStack:
                     del self._vanishing[rid]
                     self._vanished[rid] = self._clock()
 
+    def count_usage_page(self) -> None:
+        """One more page of nova's usage API answered (``usage_pages``)."""
+        with self._lock:
+            self.usage_pages += 1
+
     def present(self, records: list[PlatformRecord]) -> list[PlatformRecord]:
         """``records`` without the ones that vanished."""
         with self._lock:
@@ -214,6 +244,43 @@ class FakeOpenStack:
             if when is not None:
                 out.append(replace(record, status="DELETED", task_state=None, updated_at=when, deleted_at=when))
         return out
+
+    def act(self, server_id: str, action: str, *, at: datetime, finish: datetime | None = None,
+            events: tuple[str, ...] | None = None, failed: bool = False, request_id: str | None = None) -> str:
+        """Record an instance action on a server as nova does (``os-instance-actions``): requested at
+        ``at``, its events (default: one, ``compute_<action>_instance``) started at ``at`` and
+        finished at ``finish`` (None: still running); ``failed`` gives the action's message and its
+        last event's result ``Error``. Returns the request id. Nova records a ``create`` for every
+        server itself: the fake shows one from the record (requested at ``created``, built by
+        ``launched_at``) unless a test records its own."""
+        rid = request_id or "req-" + secrets.token_hex(16)
+        names = events if events is not None else (_EVENT_NAMES.get(action, f"compute_{action.lower()}_instance"),)
+        with self._lock:
+            self._actions.setdefault(server_id, []).append(
+                FakeAction(rid, action, at, tuple((n, at, finish) for n in names), failed))
+        return rid
+
+    def actions_of(self, server_id: str) -> list[FakeAction] | None:
+        """The server's actions, oldest first, the implicit ``create`` included; None for a server
+        nova does not know (neither live nor in its deleted listing)."""
+        at = self.now()
+        record = next((r for r in self.view.records(self.cloud, "instance", at) if r.resource_id == server_id), None)
+        if record is None:
+            gone = self.view.deleted_servers(self.cloud, datetime(1970, 1, 1, tzinfo=UTC), at)
+            record = next((r for r in gone if r.resource_id == server_id), None)
+        with self._lock:
+            recorded = list(self._actions.get(server_id, ()))
+        if record is None and not recorded:
+            return None
+        if record is not None and not any(a.action == "create" for a in recorded):
+            built = record.launched_at or record.created_at
+            recorded.insert(0, FakeAction("req-create-" + server_id, "create", record.created_at,
+                                          (("compute__do_build_and_run_instance", record.created_at, built),), False))
+        return sorted(recorded, key=lambda a: a.start)
+
+    def action_requests(self) -> list[RecordedRequest]:
+        """The requests answered for instance actions (listings and details)."""
+        return [r for r in self.requests if "/os-instance-actions" in r.path]
 
     def clear_faults(self) -> None:
         with self._lock:
@@ -326,7 +393,7 @@ class FakeOpenStack:
         self._released.clear()
         from tally_pipeline.fakes.openstack_http import Handler
 
-        httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        httpd = ThreadingHTTPServer(("127.0.0.1", self.requested_port), Handler)
         httpd.fake = self  # type: ignore[attr-defined]
         self._httpd = httpd
         self._thread = threading.Thread(target=httpd.serve_forever, kwargs={"poll_interval": 0.05},

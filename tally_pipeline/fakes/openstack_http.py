@@ -207,6 +207,10 @@ class Handler(BaseHTTPRequestHandler):
             ]})
         if path == "/compute/v2.1/servers/detail":
             self._servers(query)
+        if path == "/compute/v2.1/os-simple-tenant-usage" or path.startswith("/compute/v2.1/os-simple-tenant-usage/"):
+            self._tenant_usage(path, query)
+        if path.startswith("/compute/v2.1/servers/") and "/os-instance-actions" in path:
+            self._instance_actions(path)
         self._show_routes(path)
         if path.startswith("/volume/v3/") and path.endswith("/volumes/detail"):
             volumes_url = path.rsplit("/", 2)[0]
@@ -219,6 +223,39 @@ class Handler(BaseHTTPRequestHandler):
             self._images(query)
         if path in ("/load-balancer/v2.0/lbaas/loadbalancers", "/load-balancer/v2/lbaas/loadbalancers"):
             self._listing("load_balancer", query, "loadbalancers", render.load_balancer_json)
+
+    # --- instance actions -----------------------------------------------------------------------
+
+    def _instance_actions(self, path: str) -> None:
+        """``GET /servers/{id}/os-instance-actions`` (newest first) and ``…/{request_id}`` with its events,
+        as nova 2.84 shows them (times without an offset, UTC, as nova writes them)."""
+        fake = self.fake
+        token = self._authorised("instance")
+        self._context["resource_type"] = None  # neither a listing of servers nor a GET of one
+        version = self._nova_microversion()
+        self._context["microversion"] = render.format_microversion(version)
+        headers = {"OpenStack-API-Version": f"compute {render.format_microversion(version)}"}
+        rest = path.removeprefix("/compute/v2.1/servers/")
+        server_id, _, tail = rest.partition("/os-instance-actions")
+        server_id = urllib.parse.unquote(server_id)
+        found = fake.actions_of(server_id)
+        record = next((r for r in fake.view.records(fake.cloud, "instance", fake.now()) if r.resource_id == server_id),
+                      None)
+        if found is None or (record is not None and not self._visible("instance", [record], token, True)):
+            raise _Reply(404, _fault_body("instance", 404, f"Instance {server_id} could not be found."), headers)
+        project = record.project_id if record is not None else token.user.project_id
+        request_id = urllib.parse.unquote(tail.strip("/"))
+        if not request_id:
+            body = [render.instance_action_json(a, server_id, project, microversion=version)
+                    for a in sorted(found, key=lambda a: a.start, reverse=True)]
+            raise _Reply(200, {"instanceActions": body}, headers)
+        action = next((a for a in found if a.request_id == request_id), None)
+        if action is None:
+            raise _Reply(404, _fault_body("instance", 404, f"Action {request_id} on instance {server_id} could "
+                                                           "not be found."), headers)
+        detail = render.instance_action_json(action, server_id, project, microversion=version, events=True,
+                                             admin=token.user.admin)
+        raise _Reply(200, {"instanceAction": detail}, headers)
 
     # --- GET by id ------------------------------------------------------------------------------
 
@@ -392,6 +429,32 @@ class Handler(BaseHTTPRequestHandler):
         if not honour_deleted:
             deleted += [r for r in live_now if r.updated_at >= since_at]
         return [r for r in deleted if uuid is None or r.resource_id == uuid]
+
+    def _tenant_usage(self, path: str, query: dict[str, list[str]]) -> None:
+        """nova's usage API (``fakes/openstack_usage.py``): admins only, as nova's default policy."""
+        from tally_pipeline.fakes import openstack_usage
+
+        fake = self.fake
+        token = self._authorised("instance")
+        self._context["resource_type"] = None  # not a listing of servers
+        version = self._nova_microversion()
+        self._context["microversion"] = render.format_microversion(version)
+        headers = {"OpenStack-API-Version": f"compute {render.format_microversion(version)}"}
+        project = urllib.parse.unquote(path.rsplit("/", 1)[1]) if path.count("/") > 3 else None
+        if not token.user.admin and project != token.user.project_id:
+            raise _Reply(403, _fault_body("instance", 403, "Policy doesn't allow "
+                                          "os_compute_api:os-simple-tenant-usage:list to be performed."))
+        now = fake.now()
+        servers = [*fake.present(fake.view.records(fake.cloud, "instance", now)),
+                   *fake.view.deleted_servers(fake.cloud, datetime(1970, 1, 1, tzinfo=UTC), now),
+                   *fake.vanished_servers()]
+        try:
+            body = openstack_usage.tenant_usage(servers, query, now=now, microversion=version,
+                                                next_url=f"{fake.base_url}{path}", project_id=project)
+        except openstack_usage.UsageRequestError as exc:
+            raise _Reply(400, _fault_body("instance", 400, str(exc))) from None
+        fake.count_usage_page()
+        raise _Reply(200, body, headers)
 
     def _nova_microversion(self) -> tuple[int, int]:
         nova_max = self.fake.nova_max

@@ -312,3 +312,39 @@ def cinder_version(root: str, max_version: tuple[int, int]) -> dict[str, Any]:
 def plain_version(version_id: str, href: str, status: str = "CURRENT") -> dict[str, Any]:
     """Glance, neutron and octavia: a version without microversions."""
     return {"id": version_id, "status": status, "links": [{"rel": "self", "href": href}]}
+
+
+def nova_time(value: datetime | None) -> str | None:
+    """An instant as nova's instance actions write it: no offset (UTC), microseconds shown."""
+    return None if value is None else value.astimezone(UTC).replace(tzinfo=None).strftime("%Y-%m-%dT%H:%M:%S.%f")
+
+
+def instance_action_json(action: Any, server_id: str, project_id: str, *, microversion: tuple[int, int],
+                         events: bool = False, admin: bool = False) -> dict[str, Any]:
+    """One ``instanceAction`` (a ``FakeAction``) as nova shows it; with ``events`` as its detail does."""
+    finishes = [finish for _, _, finish in action.events if finish is not None]
+    body: dict[str, Any] = {
+        "action": action.action, "instance_uuid": server_id, "message": "Error" if action.failed else None,
+        "project_id": project_id, "request_id": action.request_id, "start_time": nova_time(action.start),
+        "user_id": stable_id("user", project_id),
+    }
+    if microversion >= (2, 58):
+        body["updated_at"] = nova_time(max(finishes, default=action.start))
+    if events:
+        shown = []
+        for n, (name, started, finish) in enumerate(action.events):
+            last = n == len(action.events) - 1
+            event: dict[str, Any] = {"event": name, "start_time": nova_time(started), "finish_time": nova_time(finish),
+                                     "result": None if finish is None else ("Error" if action.failed and last
+                                                                            else "Success")}
+            if admin:
+                event["traceback"] = None
+            if microversion >= (2, 62):
+                event["hostId"] = hashlib.sha224(project_id.encode()).hexdigest()
+                if admin:
+                    event["host"] = "compute-1"
+            if microversion >= (2, 84):
+                event["details"] = None
+            shown.append(event)
+        body["events"] = shown
+    return body

@@ -20,7 +20,7 @@ TABLES = {
     "current_resources": "current_resources", "resource_intervals": "resource_intervals",
     "projection_state": "projection_state", "sync_runs": "sync_runs", "sync_deferrals": "sync_deferrals",
     "usage_daily": "usage_daily", "ledger_postings": "ledger_postings", "usage_checkpoints": "usage_checkpoints",
-    "ledger_cycles": "ledger_cycles", "ledger_skips": "ledger_skips",
+    "ledger_cycles": "ledger_cycles", "ledger_skips": "ledger_skips", "usage_statements": "usage_statements",
 }
 PLATFORM_ASSETS = ("sync_runs", "sync_deferrals")  # they read the clouds' platform APIs
 #: Who answers for every asset (the catalog's Owner column): change it to your team's name.

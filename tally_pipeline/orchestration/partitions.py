@@ -25,3 +25,10 @@ def daily_partitions(config: TallyConfig) -> dg.DailyPartitionsDefinition:
 def cloud_partitions(clouds: list[str]) -> dg.StaticPartitionsDefinition:
     """One partition per configured cloud (a placeholder when none is configured, so the job loads)."""
     return dg.StaticPartitionsDefinition(sorted(clouds) or ["no-clouds-configured"])
+
+
+def monthly_partitions(config: TallyConfig) -> dg.MonthlyPartitionsDefinition:
+    """UTC months, keyed ``YYYY-MM``, from the month of ``first_day`` through the last month that has
+    ended (a month is stated only once complete)."""
+    start = first_day(config)
+    return dg.MonthlyPartitionsDefinition(start_date=f"{start.year:04d}-{start.month:02d}", fmt="%Y-%m", timezone="UTC")

@@ -251,6 +251,28 @@ class Ledger(TallyStore):
         rt = self._rt()
         return verify(rt.store, rt.registry)
 
+    def statement_clouds(self) -> list[str]:
+        """The clouds a month is stated for: those with usage or a ledger."""
+        from tally_pipeline.services.statements import clouds_to_state
+
+        return clouds_to_state(self._rt().store)
+
+    def close_month(self, cloud: str, month: date, now: datetime) -> Any:
+        """State (or re-state) ``month`` of ``cloud`` if it is closed at ``now``; else say why it waits."""
+        from tally_pipeline.services.statements import close_month
+
+        rt = self._rt()
+        return close_month(rt.store, rt.registry, cloud=cloud, month=month, now=now,
+                           ingest_lag=rt.config.ledger.ingest_lag)
+
+    def audit_usage(self, cloud: str, adapter: Any, start: datetime, end: datetime, *, now: datetime) -> Any:
+        """The usage audit of ``cloud`` over ``[start, end)`` against its platform's own usage, kept in
+        ``usage_audits`` (``services/usage_audit.py``)."""
+        from tally_pipeline.services.usage_audit import audit_usage
+
+        rt = self._rt()
+        return audit_usage(rt.store, rt.registry, cloud, adapter, start, end, rt.config.audit, now=now)
+
 
 class AdapterSource(Protocol):
     """Gives the platform adapter of a cloud."""

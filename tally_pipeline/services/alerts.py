@@ -60,6 +60,22 @@ def latest_corrections(store: Store) -> list[rules.LatestCorrections]:
     return out
 
 
+def latest_dating(store: Store) -> list[tuple[str, str, str, int]]:
+    """Each cloud's latest reconciled sync: per type, what dated its status and size corrections
+    (``action``, ``updated``, ``poll``: every source, zero included), as (cloud, type, source, count)."""
+    from tally_pipeline.core.actions import DATED_BY
+
+    out: list[tuple[str, str, str, int]] = []
+    for cloud, _, per_type, rank in sync_runs.latest_reconciled_runs(store):
+        if rank != 1:
+            continue
+        types = summaries_from_json(orjson.loads(per_type) if isinstance(per_type, str) else per_type)
+        for rtype, summary in sorted(types.items()):
+            if summary.updated or summary.dated_by:
+                out.extend((cloud, rtype, source, summary.dated_by.get(source, 0)) for source in DATED_BY)
+    return out
+
+
 def last_success(store: Store) -> dict[str, datetime]:
     rows = sync_runs.last_success_polls(store)
     return {c: to_utc(t) for c, t in rows}

@@ -323,15 +323,17 @@ class Ingestor:
         may_write: Callable[[str], bool] = allow_all,
         sources: tuple[str, ...] = ("collector",),
         raw_of: RawOf | None = None,
+        keep: Callable[[RejectedRow], bool] | None = None,
     ) -> BatchOutcome:
         """Validate and store one batch (at most 1000 items) in one transaction.
 
         ``origin`` says where the batch came from (``api``, ``file:NAME``, ``sync:CLOUD``) and is
         kept with dead-letter rows. ``may_write`` decides which clouds this writer may write;
         ``sources`` which ``source`` values it may claim (only reconciliation writes its own).
-        ``raw_of`` gives an item's text as received (default: the item written as JSON).
+        ``raw_of`` gives an item's text as received (default: the item written as JSON). ``keep`` decides
+        which refused items get a dead-letter row (default: all); the outcome counts every one.
         """
-        return self.commit(self._batch(items, origin, may_write, sources, raw_of))
+        return self.commit(self._batch(items, origin, may_write, sources, raw_of), keep=keep)
 
     def prepare(
         self,
@@ -374,7 +376,7 @@ class Ingestor:
 
         return PreparedBatch(items, origin, check, raw_of)
 
-    def commit(self, batch: PreparedBatch) -> BatchOutcome:
+    def commit(self, batch: PreparedBatch, *, keep: Callable[[RejectedRow], bool] | None = None) -> BatchOutcome:
         """Store a batch in one transaction and say what became of each item.
 
         A store that takes events as a stream gets them while the batch is still being validated;
@@ -415,8 +417,11 @@ class Ingestor:
                 for i, r in ((*accepted, *repeats) if winners else ())
                 if winners.get((r.cloud, r.event_id), r.content_hash) != r.content_hash
             ]
-            uow.insert_rejections([*batch.rejections, *conflicts], received_at)
-            dead_bytes[0] = sum(_utf8_len(row.raw or "") + _utf8_len(row.message) for row in (*batch.rejections, *conflicts))
+            dead = [*batch.rejections, *conflicts]
+            if keep is not None:
+                dead = [row for row in dead if keep(row)]
+            uow.insert_rejections(dead, received_at)
+            dead_bytes[0] = sum(_utf8_len(row.raw or "") + _utf8_len(row.message) for row in dead)
             activity = Counter((r.cloud, r.source) for _, r in accepted if (r.cloud, r.event_id) in inserted)
             uow.note_activity(dict(activity), received_at)
             type_activity.note(uow, Counter((r.cloud, r.resource_type) for _, r in accepted

@@ -26,7 +26,7 @@ from typing import IO, Any
 
 from tally_pipeline.core.errors import TallyError
 from tally_pipeline.core.jsontext import BadJson, decode_item, loads_exact, value_end
-from tally_pipeline.core.landing import DEFAULT_LIMITS
+from tally_pipeline.core.landing import DEFAULT_LIMITS, TOO_MANY_REJECTIONS, rejection_summary
 from tally_pipeline.core.landing import LandingLimits as LandingLimits
 
 _BATCH_DOC = re.compile(rb'^\s*\{\s*"events"\s*:\s*\[')
@@ -255,6 +255,8 @@ class FileSummary:
     rejected: int = 0
     reasons: dict[str, int] = field(default_factory=dict)
     error: str | None = None
+    #: refused items beyond the file's dead-letter bounds: counted in one summary row, not kept one by one
+    not_kept: int = 0
 
     def as_json(self) -> dict[str, Any]:
         return {
@@ -264,8 +266,28 @@ class FileSummary:
             "duplicates": self.duplicates,
             "rejected": self.rejected,
             "reasons": dict(sorted(self.reasons.items())),
+            "not_kept": self.not_kept,
             "error": self.error,
         }
+
+
+class _DeadLetterBudget:
+    """How much of one file's refusals the dead letter keeps row by row (``max_rejected_rows``/``_bytes``)."""
+
+    def __init__(self, limits: LandingLimits):
+        self.rows_left = limits.max_rejected_rows
+        self.bytes_left = limits.max_rejected_bytes
+        self.not_kept: dict[str, int] = {}
+
+    def keep(self, row: Any) -> bool:
+        size = len((row.raw or "").encode("utf-8", "surrogatepass")) + len(row.message.encode("utf-8", "surrogatepass"))
+        if self.rows_left > 0 and size <= self.bytes_left:
+            self.rows_left -= 1
+            self.bytes_left -= size
+            return True
+        self.rows_left = 0  # once one is not kept, none after it is: the rows kept are the file's first
+        self.not_kept[row.reason] = self.not_kept.get(row.reason, 0) + 1
+        return False
 
 
 def _open_file(path: Path, limits: LandingLimits) -> IO[bytes]:
@@ -327,16 +349,17 @@ def ingest_file(
         batch: list[Any] = []
         raws: list[str] = []
         bad: list[RejectedRow] = []
+        budget = _DeadLetterBudget(limits)
 
         def flush() -> None:
             if bad:
-                ingestor.dead_letter(list(bad))
+                ingestor.dead_letter([row for row in bad if budget.keep(row)])
                 summary.rejected += len(bad)
                 for row in bad:
                     summary.reasons[row.reason] = summary.reasons.get(row.reason, 0) + 1
                 bad.clear()
             if batch:
-                outcome = ingestor.ingest(batch, origin=origin, raw_of=list(raws).__getitem__)
+                outcome = ingestor.ingest(batch, origin=origin, raw_of=list(raws).__getitem__, keep=budget.keep)
                 summary.stored += outcome.stored
                 summary.duplicates += outcome.duplicates
                 summary.rejected += outcome.rejected
@@ -361,6 +384,10 @@ def ingest_file(
         except (LandingFileError, OSError, EOFError, gzip.BadGzipFile) as exc:
             summary.error = str(exc) or type(exc).__name__
         flush()
+        if budget.not_kept:
+            summary.not_kept = sum(budget.not_kept.values())
+            ingestor.dead_letter([RejectedRow(TOO_MANY_REJECTIONS, rejection_summary(path.name, budget.not_kept, limits),
+                                              origin, None)])
     finally:
         raw_file.close()
     return summary

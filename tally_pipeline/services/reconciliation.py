@@ -34,17 +34,23 @@ from tally_pipeline.adapters.base import (
     list_type,
 )
 from tally_pipeline.core import reconcile as rules
+from tally_pipeline.core.actions import InstanceAction
 from tally_pipeline.core.errors import TallyError
 from tally_pipeline.core.timeutil import to_utc
-from tally_pipeline.core.type_summary import TypeSummary
+from tally_pipeline.core.type_summary import TypeSummary, grouped_causes
 from tally_pipeline.services import projection
 from tally_pipeline.services.ingest import Ingestor
+from tally_pipeline.store import resource_reads
 from tally_pipeline.store import sync_runs as runs_sql
 from tally_pipeline.store.base import Store
 
 DELETED_MARGIN = timedelta(minutes=10)
 FIRST_RUN_LOOKBACK = timedelta(hours=24)
 MAX_ROUNDS = 3
+#: At most this many servers' instance actions are read per run (one listing each, and one request per
+#: status- or flavor-changing action): corrections of the others are dated by ``updated`` or the poll,
+#: counted per type as ``actions_not_asked``. A first load of a large cloud stays bounded this way.
+MAX_ACTION_LOOKUPS = 2000
 #: The defaults of the ``reconciliation:`` config section, for callers that pass none.
 LOCK_LEASE_S = 300.0
 #: How long a run the API reserved has to start (a queued local worker, a queued Dagster run).
@@ -106,12 +112,21 @@ class SyncRun:
         out = {k: v for k, v in self.__dict__.items() if k not in ("deferrals",)}
         out["per_type"] = {t: s.as_json() for t, s in self.per_type.items()}
         out["deferrals_by_reason"] = self.deferrals_by_reason()
+        out["dated_by"] = self.dated_by()
         return out
 
     def as_row(self) -> dict[str, Any]:
         row = {k: v for k, v in self.__dict__.items() if k in runs_sql.RUN_COLUMNS}
         row["per_type"] = orjson.dumps({t: s.as_json() for t, s in self.per_type.items()}).decode()
         return row
+
+    def dated_by(self) -> dict[str, int]:
+        """What dated the run's status and size corrections (``action``, ``updated``, ``poll``), all types."""
+        totals: dict[str, int] = {}
+        for summary in self.per_type.values():
+            for source, n in summary.dated_by.items():
+                totals[source] = totals.get(source, 0) + n
+        return dict(sorted(totals.items()))
 
     def deferrals_by_reason(self) -> dict[str, int]:
         counts: dict[str, int] = {}
@@ -306,6 +321,61 @@ def _confirm(adapter: PlatformAdapter, pending: list[rules.Correction], asked: d
             asked[(rtype, rid)] = answers.get(rid) or Confirmation(rid, False, "no answer from the adapter")
 
 
+@dataclass
+class _Lookups:
+    """The instance actions read this run (asked once per server), and what the bound left unasked."""
+
+    found: dict[str, list[InstanceAction]] = field(default_factory=dict)
+    asked: set[str] = field(default_factory=set)
+    not_asked: set[str] = field(default_factory=set)
+
+    def per_type(self) -> dict[str, tuple[int, int]]:
+        if not self.asked and not self.not_asked:
+            return {}
+        return {"instance": (len(self.asked), len(self.not_asked - self.asked))}
+
+
+def _kept_updates(store: Store, cloud: str, rtype: str, rid: str) -> list[rules.KeptUpdate]:
+    """The updates a resource's history kept before reconciliation creates it."""
+    names = resource_reads.HISTORY_COLUMNS
+    kept = []
+    for row in resource_reads.resource_history(store, (cloud, rtype, rid)):
+        event = dict(zip(names, row))
+        if event["verb"] != "update":
+            continue
+        payload = event["payload"]
+        payload = orjson.loads(payload) if isinstance(payload, str | bytes) else payload
+        size = payload.get("size") if isinstance(payload, dict) else None
+        kept.append(rules.KeptUpdate(to_utc(event["occurred_at"]), event["event_type"],
+                                     size if isinstance(size, dict) else None))
+    return kept
+
+
+def _redated(store: Store, cloud: str, adapter: PlatformAdapter, corrections: list[rules.Correction],
+             polls: dict[str, datetime], run: SyncRun, deadline: float | None, lookups: _Lookups
+             ) -> list[rules.Correction]:
+    """The corrections dated by the platform's own record (``core.reconcile.redate``): nova's instance
+    actions of the servers corrected (read once per run, at most ``MAX_ACTION_LOOKUPS``), and the
+    updates kept in the history of resources created now."""
+    ask = getattr(adapter, "instance_actions", None)
+    actions: dict[str, list[InstanceAction]] | None = None
+    if ask is not None:
+        wanted = [sid for sid in rules.wants_actions(corrections) if sid not in lookups.asked]
+        room = max(0, MAX_ACTION_LOOKUPS - len(lookups.asked))
+        lookups.not_asked.update(wanted[room:])
+        wanted = wanted[:room]
+        if wanted:
+            # a difference found on a resource the projection held: only actions since its last event matter
+            since = {c.resource_id: c.basis.observed for c in corrections
+                     if c.action == "update" and c.basis is not None and c.basis.observed is not None}
+            lookups.found.update(ask(wanted, since={sid: since[sid] for sid in wanted if sid in since},
+                                     deadline=deadline))
+            lookups.asked.update(wanted)
+        actions = lookups.found
+    kept = {key: _kept_updates(store, cloud, *key) for key in rules.born_unseen(corrections)}
+    return rules.redate(corrections, actions, kept, polls, run.poll_time)
+
+
 def _reconcile(store: Store, ingestor: Ingestor, adapter: PlatformAdapter, run: SyncRun, settings: rules.Settings,
                observe: Callable[[], datetime], lease: _Lease, deadline: float | None) -> None:
     cloud = run.cloud
@@ -343,6 +413,7 @@ def _reconcile(store: Store, ingestor: Ingestor, adapter: PlatformAdapter, run: 
     held: dict[str, str] | None = None  # the mass-delete guard, decided by the first round for the whole run
     asked: dict[tuple[str, str], Confirmation] = {}
     stored_by_type: dict[str, dict[str, int]] = {}
+    lookups = _Lookups()
     previous = runs_sql.previous_reconciled_run(store, cloud)  # what the last sync could have seen
     for round_no in range(1, MAX_ROUNDS + 1):
         projection.refresh(store)
@@ -359,6 +430,9 @@ def _reconcile(store: Store, ingestor: Ingestor, adapter: PlatformAdapter, run: 
         run.rounds = round_no
         if not current.corrections:
             break
+        # Dated by the platform's own record where it keeps one (nova's instance actions, the
+        # history's kept updates), asked only about the resources corrected.
+        current.corrections = _redated(store, cloud, adapter, current.corrections, polls, run, deadline, lookups)
         lease.check()  # a run that lost its lock writes nothing more: another may be running
         stored = 0
         events = rules.synthetic_events(cloud, run.run_key, current.corrections)
@@ -374,20 +448,27 @@ def _reconcile(store: Store, ingestor: Ingestor, adapter: PlatformAdapter, run: 
                 stored += 1
                 key = "recovered" if correction.recovered else {"create": "created", "update": "updated",
                                                                 "delete": "deleted"}[correction.action]
-                if correction.recovered and correction.action == "delete":
-                    continue  # a recovered resource counts once, by its create
                 counts = stored_by_type.setdefault(correction.resource_type, {})
+                if correction.dated_by is not None and correction.action == "update":
+                    counts[f"dated_by:{correction.dated_by}"] = counts.get(f"dated_by:{correction.dated_by}", 0) + 1
+                if (correction.recovered and correction.action == "delete") or correction.step:
+                    continue  # a resource counts once: a recovered one by its create, a past by its first event
                 counts[key] = counts.get(key, 0) + 1
                 if previous is not None and runs_sql.arrived_late(
                         store, (cloud, correction.resource_type, correction.resource_id), *previous):
                     counts["late"] = counts.get("late", 0) + 1
                 if correction.stuck:
                     counts["stuck_transition"] = counts.get("stuck_transition", 0) + 1
+                if correction.size_unknown:
+                    counts["size_unknown"] = counts.get("size_unknown", 0) + 1
         if stored == 0:  # a retried run: everything was already written by the same run key
             break
     projection.refresh(store)
 
     assert first is not None and last is not None
+    for rtype, (n_asked, n_not_asked) in lookups.per_type().items():
+        counts = stored_by_type.setdefault(rtype, {})
+        counts["actions_asked"], counts["actions_not_asked"] = n_asked, n_not_asked
     _summarise(run, first, last, stored_by_type)
     instance = first.types.get("instance")
     if instance is not None and instance.status == "enumerated" and deleted is not None and deleted.available:
@@ -416,12 +497,15 @@ def _summarise(run: SyncRun, first: rules.Plan, last: rules.Plan, stored: dict[s
             poll_time=o.poll_time.isoformat() if o.poll_time else None,
             created=counts.get("created", 0), updated=counts.get("updated", 0),
             deleted=counts.get("deleted", 0), recovered=counts.get("recovered", 0),
-            corrections=sum(n for k, n in counts.items() if k not in ("stuck_transition", "late")),
+            corrections=sum(counts.get(k, 0) for k in ("created", "updated", "deleted", "recovered")),
             deferred=sum(deferred.values()), deferred_by_reason=dict(sorted(deferred.items())),
             unknown=o.unknown, skipped=dict(sorted(skipped.items())),
             guard_tripped=o.guard_tripped, code=o.code,
             never_ran=dict(sorted(o.never_ran.items())), stuck_transition=counts.get("stuck_transition", 0),
             restarts=o.restarts, late=counts.get("late", 0),
+            dated_by={k.removeprefix("dated_by:"): n for k, n in sorted(counts.items()) if k.startswith("dated_by:")},
+            size_unknown=counts.get("size_unknown", 0), actions_asked=counts.get("actions_asked", 0),
+            actions_not_asked=counts.get("actions_not_asked", 0),
         )
     types = run.per_type.values()
     run.created, run.updated = sum(t.created for t in types), sum(t.updated for t in types)
@@ -444,7 +528,7 @@ def _summarise(run: SyncRun, first: rules.Plan, last: rules.Plan, stored: dict[s
     # A guard that held deletes leaves the type unreconciled as surely as a failed listing: partial.
     run.status = ("failed" if failed and len(failed) == len(first.types)
                   else "partial" if failed or guarded else "succeeded")
-    problems = [f"{t}: {first.types[t].reason}" for t in sorted(failed)]
+    problems = grouped_causes({t: first.types[t].reason for t in failed})
     problems += [f"{t}: mass_delete_guard held deletes: {first.types[t].guard_detail}" for t in sorted(guarded)]
     if problems:
         run.error = "; ".join(problems)[:2000]

@@ -13,7 +13,7 @@ from typing import Any, Literal, Protocol
 
 #: ``down_cell`` (instances only): one nova cell of ``DOWN_CELLS`` is unreachable, so its servers are
 #: missing from every paged listing though they still run (and answer a GET by id).
-FailureMode = Literal["error", "timeout", "empty", "down_cell"]
+FailureMode = Literal["error", "timeout", "empty", "down_cell", "unauthorized"]
 DOWN_CELLS = 4
 
 

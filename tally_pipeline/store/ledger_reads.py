@@ -201,3 +201,11 @@ def pending_inputs(
             bad[key] = (int(n_bad), str(example))
         totals[key] = EntityTotals(int(at_clamp or 0), int(at_split or 0), int(at_boundary or 0))
     return checkpoints, totals, bad
+
+
+def cloud_posted_through(uow: UnitOfWork, cloud: str) -> tuple[datetime | None, int]:
+    """How far a cloud's ledger is posted: the earliest clamp of its posted checkpoints (None: none
+    posted), and how many of its checkpoints were never posted (clamp NULL)."""
+    earliest, never = uow.fetchall(
+        "SELECT min(clamp), count(*) - count(clamp) FROM usage_checkpoints WHERE cloud = %s", [cloud])[0]
+    return (None if earliest is None else to_utc(earliest)), int(never or 0)

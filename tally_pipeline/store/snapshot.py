@@ -23,7 +23,7 @@ from tally_pipeline.store.duckdb.store import DuckDBStore
 SNAPSHOT_TABLES = (
     "events", "cloud_activity", "rejected_events", "current_resources", "resource_intervals", "projection_state",
     "sync_runs", "sync_deferrals", "usage_daily", "usage_checkpoints", "ledger_postings", "ledger_cycles",
-    "ledger_skips",
+    "ledger_skips", "usage_statements", "statement_months",
 )
 MANIFEST = "_snapshot.json"
 

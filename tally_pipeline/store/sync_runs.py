@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
+from tally_pipeline.core.timeutil import to_utc
 from tally_pipeline.store.base import Store, UnitOfWork
 
 RUN_COLUMNS = ("run_id", "cloud", "run_key", "tick", "poll_time", "started_at", "finished_at", "status", "per_type",
@@ -245,3 +246,18 @@ def runs_by_status(store: Store) -> list[tuple[str, str, int]]:
     """``(cloud, status, runs)`` over every run, by cloud and status."""
     return [(c, s, int(n)) for c, s, n in store.query(
         "SELECT cloud, status, count(*) FROM sync_runs GROUP BY cloud, status ORDER BY 1, 2")]
+
+
+def latest_reconciliation(uow: UnitOfWork, cloud: str) -> tuple[bool, datetime | None, int]:
+    """A cloud's reconciliation as a month's closing reads it: whether it has any run, when its latest
+    run that reconciled (succeeded or partial) polled the platform (its poll time), and how many
+    corrections that run deferred."""
+    ever = bool(uow.fetchall("SELECT count(*) FROM sync_runs WHERE cloud = %s", [cloud])[0][0])
+    rows = uow.fetchall(
+        "SELECT r.run_id, r.poll_time FROM sync_runs r WHERE r.cloud = %s AND r.status IN ('succeeded', 'partial')"
+        " ORDER BY r.started_at DESC LIMIT 1", [cloud])
+    if not rows:
+        return ever, None, 0
+    run_id, poll_time = rows[0]
+    deferred = uow.fetchall("SELECT count(*) FROM sync_deferrals WHERE run_id = %s", [run_id])[0][0]
+    return ever, None if poll_time is None else to_utc(poll_time), int(deferred)

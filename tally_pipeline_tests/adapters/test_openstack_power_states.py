@@ -4,11 +4,15 @@ The fake nova shows servers stopped (SHUTOFF), suspended, paused, shelved and of
 ``OS-EXT-STS`` vm_state and power_state nova gives them. The projection heard some of them as
 active (their power notifications lost), one as stopped that was since started, and one not at all.
 A billing operator expects each difference booked as a ``sync.update`` carrying the status nova's
-API shows (lower-cased, as the collector maps it) at the poll time, a server never heard of created
-with its status, and the next run to find nothing left to correct.
+API shows (lower-cased, as the collector maps it) — at the poll time here, where nova records no action
+for it and its last change is older than what the projection heard (docs/reconciliation.md) — a server
+never heard of created with its past (launched active, offloaded by its shelve action), and the next
+run to find nothing left to correct.
 """
 
 from __future__ import annotations
+
+from datetime import timedelta
 
 import pytest
 
@@ -46,8 +50,11 @@ def test_power_states_reach_the_history_and_converge(tmp_path, store_url) -> Non
     heard_active = [record("instance", rid, SMALL, "ACTIVE", minute=n)
                     for n, rid in enumerate(["srv-stopped", "srv-suspended", "srv-paused", "srv-shelved",
                                              "srv-offloaded", "srv-running"], start=1)]
-    known(database, CLOUD, *heard_active, record("instance", "srv-started", SMALL, "SHUTOFF", minute=6), at=T0)
+    heard = T0 + timedelta(hours=1)  # after every listed server's last change
+    known(database, CLOUD, *heard_active, record("instance", "srv-started", SMALL, "SHUTOFF", minute=6), at=heard)
+    shelved = T0 + timedelta(hours=2)
     with running_fake(list(listed.values())) as fake:
+        fake.act("srv-unheard", "shelve", at=shelved, finish=shelved + timedelta(seconds=9))
         config = write_config(tmp_path, fake, cloud=CLOUD, database=database,
                               cloud_options={"resource_types": ["instance"]})
         code, run, out = tally_sync(config, CLOUD, at=NOW, run_key="tick:power")
@@ -58,13 +65,16 @@ def test_power_states_reach_the_history_and_converge(tmp_path, store_url) -> Non
     status_of = lambda payload: (payload if isinstance(payload, dict) else __import__("json").loads(payload))["status"]  # noqa: E731
     assert {rid: status_of(p) for rid, p in updates.items()} == {
         "srv-stopped": "shutoff", "srv-suspended": "suspended", "srv-paused": "paused", "srv-shelved": "shelved",
-        "srv-offloaded": "shelved_offloaded", "srv-started": "active"}
-    assert {rid: status_of(p) for rid, p in creates.items()} == {"srv-unheard": "shelved_offloaded"}
+        "srv-offloaded": "shelved_offloaded", "srv-started": "active", "srv-unheard": "shelved_offloaded"}
+    assert {rid: status_of(p) for rid, p in creates.items()} == {"srv-unheard": "active"}
     assert run["updated"] == 6 and run["created"] == 1
-    assert statuses(database, "srv-stopped") == [(T0, NOW, "active"), (NOW, None, "shutoff")]
-    assert statuses(database, "srv-started") == [(T0, NOW, "shutoff"), (NOW, None, "active")]
-    assert statuses(database, "srv-running") == [(T0, None, "active")]
-    assert statuses(database, "srv-unheard") == [(listed["srv-unheard"].created_at, None, "shelved_offloaded")]
+    assert statuses(database, "srv-stopped") == [(heard, NOW, "active"), (NOW, None, "shutoff")]
+    assert statuses(database, "srv-started") == [(heard, NOW, "shutoff"), (NOW, None, "active")]
+    assert statuses(database, "srv-running") == [(heard, None, "active")]
+    offloaded = shelved + timedelta(seconds=9)
+    assert statuses(database, "srv-unheard") == [(listed["srv-unheard"].created_at, offloaded, "active"),
+                                                 (offloaded, None, "shelved_offloaded")]
+    assert run["per_type"]["instance"]["dated_by"] == {"action": 1, "poll": 6}
     # converged: the second run finds every status in step
     assert again_code == 0 and again["status"] == "succeeded", again_out
     assert (again["created"], again["updated"], again["deleted"]) == (0, 0, 0)

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import random
 import threading
 from collections.abc import Callable
 from typing import Any
@@ -90,11 +91,12 @@ def test_a_5_mib_random_body_is_dead_lettered_off_the_loop_while_healthz_answers
         assert row.raw_bytes is not None and row.raw_bytes >= BODY_BYTES
 
 
+# Named, and the random body seeded: xdist's workers must collect the same ids.
 @pytest.mark.parametrize("body", [
-    os.urandom(3 * DECODE_CHUNK + 17),
+    random.Random(93).randbytes(3 * DECODE_CHUNK + 17),
     b"a" * (DECODE_CHUNK - 1) + "€".encode() + b"\xff\x00",  # a character split between two chunks
     "é€😀".encode() * 5000 + b"\x00",
     b"",
-])
+], ids=["random", "split-character", "multibyte-and-nul", "empty"])
 def test_the_dead_letter_text_decoded_by_chunks_is_the_whole_bodys(body: bytes) -> None:
     assert raw_text(body) == body.decode("utf-8", errors="backslashreplace").replace("\x00", "\\u0000")

@@ -24,7 +24,7 @@ pytestmark = pytest.mark.slow  # a real process or a long property search per te
 
 ROOT = Path(__file__).resolve().parents[2]
 ALERTS = ("TallyCloudEventsSilent", "TallySyncErrors", "TallySyncStale", "TallyReconciliationDriftHigh",
-          "TallyLedgerEntitiesSkipped", "TallyServiceEventsSilent")
+          "TallyLedgerEntitiesSkipped", "TallyServiceEventsSilent", "TallyUsageAuditFailed")
 SAMPLE = re.compile(r'^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{[^}]*\})? (-?[0-9.e+]+|NaN)$')
 
 

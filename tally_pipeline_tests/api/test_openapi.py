@@ -167,6 +167,17 @@ def test_every_documented_answer_is_produced_and_matches_the_spec(store: Store, 
     call(client, "GET", "/v1/usage/c1/p1/current", 403, headers=admin)
     call(client, "GET", "/v1/usage/c1/a%2Fb/current", 404, headers=reader)
     call(down, "GET", "/v1/usage/c1/p1/current", 503, headers=reader)
+    # GET /v1/statements/{cloud}/{month} (nothing stated here: the month answers stated false)
+    month = call(client, "GET", "/v1/statements/c1/2026-11", 200, headers=reader)
+    assert month["stated"] is False and month["statements"] == []
+    call(client, "GET", "/v1/statements/c1/2026-11?versions=all&project_id=p1", 200,
+         headers={**reader, "Accept": "text/csv"})
+    call(client, "GET", "/v1/statements/c1/2026-13", 400, headers=reader)
+    call(client, "GET", "/v1/statements/c1/2026-11?versions=some", 400, headers=reader)
+    call(client, "GET", "/v1/statements/c1/2026-11", 401)
+    call(client, "GET", "/v1/statements/c1/2026-11", 403, headers=admin)
+    call(client, "GET", "/v1/statements/a%2Fb/2026-11", 404, headers=reader)
+    call(down, "GET", "/v1/statements/c1/2026-11", 503, headers=reader)
     # POST /internal/sync/{cloud}, GET /internal/sync/{cloud}/runs/{run_id}
     started = call(client, "POST", f"/internal/sync/{SIM_CLOUD}", 202, headers=admin)
     runs = f"/internal/sync/{SIM_CLOUD}/runs"

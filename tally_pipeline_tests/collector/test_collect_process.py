@@ -10,13 +10,17 @@ pool still gets every message.
 
 from __future__ import annotations
 
+import hashlib
 import json
+import os
 import threading
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import httpx
 import psycopg
 import pytest
 
@@ -25,10 +29,14 @@ from tally_pipeline.bench.oslo_bus import PoolListener, ServicePublishers
 from tally_pipeline.bench.serve_process import ServeProcess
 from tally_pipeline.collector.buffer import buffer_status
 from tally_pipeline.collector.openstack import Unmapped, map_notification
+from tally_pipeline.config import CollectorSettings
 from tally_pipeline.core.timeutil import parse_rfc3339
 from tally_pipeline_tests.collector.openstack_samples import sample, service_samples, versioned_sample
 from tally_pipeline_tests.faults import TOKEN, migrate, tokens_file, wait_until
 from tally_pipeline_tests.rabbit import EXCHANGE_OF, EXCHANGES, TOPICS, VHost
+from tally_pipeline_tests.tmpfs import small_disk
+
+MiB = 1 << 20
 
 CLOUD = "region-one"
 
@@ -85,12 +93,13 @@ def api_files(tmp_path: Path, pg_url: str) -> tuple[str, Path, Path]:
     return migrate(pg_url), tokens_file(tmp_path), token
 
 
-def collector(cloud: Cloud, api_url: str, tmp_path: Path, token: Path | None, **config: Any) -> CollectorProcess:
+def collector(cloud: Cloud, api_url: str, tmp_path: Path, token: Path | None, *, buffer_dir: Path | None = None,
+              **config: Any) -> CollectorProcess:
     settings = {"batch_timeout": 0.05, "drain_timeout": 10, "reconnect_max_delay": 2, **config}
     path = tmp_path / "collector.yaml"
     path.write_text(json.dumps({"collector": settings}))
     return CollectorProcess(cloud=CLOUD, transport_url=cloud.vhost.transport_url(), api_url=api_url,
-                            buffer_dir=tmp_path / "buffer", token_file=token, config=path,
+                            buffer_dir=buffer_dir or tmp_path / "buffer", token_file=token, config=path,
                             log_path=tmp_path / "collector.log")
 
 
@@ -258,3 +267,93 @@ def test_no_password_or_token_reaches_the_log(vhost: VHost, tmp_path: Path) -> N
         log = c.log_text()
     assert "ACCESS_REFUSED" in log and "rabbit://guest@" in log
     assert "wrong-pw-7f3a" not in log and "token-that-stays-secret-123" not in log
+
+
+def disk_used(path: Path) -> int:
+    fs = os.statvfs(path)
+    return (fs.f_blocks - fs.f_bfree) * fs.f_frsize
+
+
+@pytest.mark.slow
+def test_a_full_buffer_disk_says_so_and_drains_everything_once_the_api_is_back(
+        cloud: Cloud, api_files: tuple[str, Path, Path], tmp_path: Path) -> None:
+    url, api_tokens, token = api_files
+    reserve = CollectorSettings().buffer_reserve_bytes  # as shipped: 8 MiB
+    with small_disk(16 * MiB) as disk, ServeProcess(url, tokens_file=api_tokens, log_path=tmp_path / "serve.log") as api:
+        with collector(cloud, api.url, tmp_path, token, buffer_dir=disk / "buffer", drain_timeout=60) as c:
+            c.start(bound=len(EXCHANGES))
+            assert httpx.get(f"{c.url}/healthz").status_code == 200
+            # The API is down: the buffer fills its disk, then refuses (the rest stays in the broker).
+            chunks = 0
+            while (c.health() or {}).get("buffer", "").startswith("writable"):
+                assert chunks < 40, "16 MiB should have filled long before"
+                cloud.publish([m for i in range(250 * chunks, 250 * (chunks + 1)) for m in stream(i)])
+                chunks += 1
+                wait_until(lambda: c.metric("tally_collector_buffer_blocked") == 1
+                           or c.metric("tally_collector_received_total") == cloud.published, "the chunk read")
+            health = httpx.get(f"{c.url}/healthz")
+            assert health.status_code == 503 and health.json()["status"] == "failing"
+            assert "not writable" in health.json()["buffer"] and "full" in health.json()["buffer"]
+            assert httpx.get(f"{c.url}/livez").status_code == 200  # alive: a restart would not help
+            wait_until(lambda: c.metric("tally_collector_buffer_blocked") == 1, "the buffer refusing a batch")
+            assert c.metric("tally_collector_buffer_disk_full") == 1
+            held = c.metric("tally_collector_buffered_events")
+            per_event = disk_used(disk) / held
+            cloud.publish([m for i in range(250 * chunks, 250 * (chunks + 1)) for m in stream(i)])  # the broker holds these
+            expected = cloud.expected_events()
+            started = time.monotonic()
+            api.start()
+            assert_stored_as_mapped(url, expected)
+            drained = time.monotonic() - started
+            wait_until(lambda: (c.health() or {}).get("status") == "ok", "/healthz ok again", 60)
+            assert c.metric("tally_collector_buffer_disk_full") == 0
+            assert (disk / "buffer" / "reserve").stat().st_size == reserve
+            assert c.stop() == 0
+            assert "the disk holding" in c.log_text()
+    print(f"\nfull disk (16 MiB tmpfs, {reserve >> 20} MiB reserve): {int(held)} events held, {per_event:.0f} B of disk each; "
+          f"{len(expected)} events stored {drained:.1f} s after the API came back")
+
+
+def volumes(start: int, n: int) -> list[tuple[str, str, dict[str, Any]]]:
+    out = []
+    for i in range(start, start + n):
+        volume = sample("cinder/volume.create.end.json")
+        volume["payload"]["volume_id"] = f"vol-{i}"
+        out.append((EXCHANGE_OF["cinder"], "notifications", volume))
+    return out
+
+
+@pytest.mark.slow
+def test_poison_of_a_mebibyte_each_cannot_starve_the_valid_messages_behind_it(
+        cloud: Cloud, api_files: tuple[str, Path, Path], tmp_path: Path) -> None:
+    url, api_tokens, token = api_files
+    with small_disk(16 * MiB) as disk, ServeProcess(url, tokens_file=api_tokens, log_path=tmp_path / "serve.log") as api:
+        api.start()
+        with collector(cloud, api.url, tmp_path, token, buffer_dir=disk / "buffer",
+                       buffer_reserve_bytes=2 * MiB) as c:
+            c.start(bound=len(EXCHANGES))
+            before = disk_used(disk)
+            poison = [os.urandom(MiB) for _ in range(25)]
+            for body in poison:
+                cloud.vhost.publish_raw("nova", "notifications.info", body)
+            wait_until(lambda: c.metric("tally_collector_rejected_total", reason="unparseable") == 25, "25 rejected")
+            per_poison = (disk_used(disk) - before) / 25
+            cloud.publish(volumes(0, 200))
+            expected = cloud.expected_events()
+            assert len(expected) == 200
+            assert_stored_as_mapped(url, expected)
+            assert c.metric("tally_collector_buffer_disk_full") == 0
+            assert c.stop() == 0
+        rejected = buffer_status(disk / "buffer").rejected
+        from tally_pipeline.collector.buffer import DiskBuffer
+
+        buf = DiskBuffer(disk / "buffer", reserve_bytes=0)
+        try:
+            rows = buf.rejected()
+        finally:
+            buf.close()
+    assert rejected == 25
+    assert sorted(r.digest or "" for r in rows) == sorted(hashlib.sha256(b).hexdigest() for b in poison)
+    assert {r.size for r in rows} == {MiB} and all(len(r.body) < 5000 for r in rows)
+    assert per_poison < 64 * 1024  # was about 3.3 MB
+    print(f"\n25 poison messages of 1 MiB: {per_poison:.0f} B of disk each; 200 valid stored")

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from tally_pipeline.collector.intake import (
-    MAX_RAW_BYTES,
+    EXCERPT_BYTES,
     Ignored,
     Mapped,
     Rejected,
@@ -133,8 +133,9 @@ def test_a_bad_value_is_rejected_for_what_is_wrong_with_it(name: str, old: str, 
 
 def test_the_raw_text_keeps_undecodable_bytes_visible_and_cuts_a_huge_body() -> None:
     assert raw_text(b"ok \xff") == "ok \\xff"
-    huge = raw_text(b"x" * (MAX_RAW_BYTES + 10))
-    assert huge.endswith("[10 more bytes not kept]") and huge.startswith("x" * 100)
+    huge = raw_text(b"x" * (EXCERPT_BYTES + 10))
+    assert huge == "x" * EXCERPT_BYTES + f"… [{EXCERPT_BYTES + 10} bytes in all; the first {EXCERPT_BYTES} bytes of its text kept]"
+    assert raw_text(b"a\x00b") == "a\\x00b"  # a NUL shown as an escape: SQLite's text functions stop at one
 
 
 def test_the_buffered_text_is_what_the_collector_client_writes() -> None:

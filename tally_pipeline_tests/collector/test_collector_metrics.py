@@ -32,6 +32,7 @@ def scrape(tmp_path: Path) -> tuple[dict[tuple[str, tuple[tuple[str, str], ...]]
             base = f"http://127.0.0.1:{server.port}"
             text = httpx.get(f"{base}/metrics").text
             health = httpx.get(f"{base}/healthz")
+            assert httpx.get(f"{base}/livez").status_code == 503  # no live() given: as /healthz
             assert httpx.get(f"{base}/other").status_code == 404
         finally:
             server.close()
@@ -56,6 +57,10 @@ def test_every_series_is_there_from_the_start_and_the_buffer_is_read_when_scrape
     assert samples[("tally_collector_buffered_bytes", ())] > 300
     assert samples[("tally_collector_oldest_buffered_age_seconds", ())] == 60
     assert samples[("tally_collector_rejected_log_entries", ())] == 1
+    assert samples[("tally_collector_rejected_log_bytes", ())] == len("{") + len("not JSON")
+    assert samples[("tally_collector_rejected_log_dropped", ())] == 0
+    assert samples[("tally_collector_buffer_disk_full", ())] == 0
+    assert samples[("tally_collector_buffer_disk_free_bytes", ())] > 0
     assert samples[("tally_collector_buffer_limit_events", ())] == 100
     assert health.status_code == 503 and health.json() == {"status": "failing", "broker_connected": False}
 

@@ -8,7 +8,7 @@ import json
 
 import pytest
 
-from tally_pipeline.collector.intake import MAX_RAW_BYTES, raw_text
+from tally_pipeline.collector.intake import EXCERPT_BYTES, raw_text
 
 SECRET = "gAAAAAB-secret-7f3a9"
 
@@ -64,7 +64,7 @@ def test_a_message_without_credentials_is_kept_as_received() -> None:
 
 
 def test_a_huge_body_is_masked_then_cut() -> None:
-    body = json.dumps({"_context_auth_token": SECRET, "payload": {"blob": "x" * (2 * MAX_RAW_BYTES)}}).encode()
+    body = json.dumps({"_context_auth_token": SECRET, "payload": {"blob": "x" * (2 * EXCERPT_BYTES)}}).encode()
     text = raw_text(body)
     assert SECRET not in text and text.startswith('{"_context_auth_token": "***"')
-    assert text.endswith("more bytes not kept]") and len(text) < MAX_RAW_BYTES + 100
+    assert text.endswith("bytes of its text kept]") and len(text) < EXCERPT_BYTES + 100

@@ -241,7 +241,8 @@ def test_every_mapped_envelope_passes_validation(name: str, notification: dict[s
 def test_each_nova_action_is_stored_under_a_type_whose_verb_is_its_effect() -> None:
     """The verb rule reads tokens: nova's soft_delete and restore need a stored type that says so."""
     effect = {"create_start": "note", "create": "create", "delete": "delete", "soft_delete": "delete", "restore": "create",
-              "resize_finish": "update", "resize_revert": "update", "resize_confirm": "update",
+              "resize_prep": "update", "resize_finish": "update", "resize_revert": "update",
+              "resize_confirm": "update",
               # power and lifecycle status changes keep the instance's lifecycle going
               **{name: "update" for name in ("power_off", "power_on", "suspend", "resume", "pause", "unpause",
                                              "shelve", "shelve_offload", "unshelve")}}

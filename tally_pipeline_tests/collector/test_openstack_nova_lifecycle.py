@@ -241,3 +241,20 @@ def test_a_server_deleted_while_building_is_not_billed_by_the_collector(store, r
     assert outcome.stored == 2
     assert lifecycle(store) == []
     assert usage(store, registry) == {}
+
+
+def test_a_resize_preparation_is_stored_on_the_flavor_the_server_still_runs_on() -> None:
+    """Nova's legacy ``resize.prep.end`` carries the current flavor as ``instance_type`` and the target as
+    ``new_instance_type``: stored as an update on the current (older) one, which is what reconciliation
+    needs when the create was lost and the resize itself says only the new flavor."""
+    from tally_pipeline.collector.openstack import map_notification
+
+    message = copy.deepcopy(sample("nova/legacy/compute.instance.finish_resize.end.json"))
+    message["payload"].update(state="active", instance_type="m1.tiny", vcpus=1, memory_mb=512, root_gb=1,
+                              new_instance_type="m1.small", new_instance_type_id=5)
+    message.update(event_type="compute.instance.resize.prep.end", message_id="m-prep")
+    stored = map_notification(message, cloud=CLOUD)
+    assert isinstance(stored, dict), stored
+    assert stored["event_type"] == "compute.instance.resize.prep.end"
+    assert stored["payload"]["size"] == {"flavor_name": "m1.tiny", "vcpus": 1, "ram_mb": 512, "disk_gb": 1}
+    assert stored["payload"]["status"] == "active"

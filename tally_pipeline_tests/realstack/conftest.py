@@ -31,8 +31,21 @@ def _missing(why: str) -> None:
     pytest.skip(why)
 
 
+def _one_group(session: pytest.Session) -> None:
+    """Under xdist the tier must be one loadgroup: split over workers, each would bring up a control plane
+    of its own and the scenarios, which build on each other in file order, would each see a part."""
+    if not os.environ.get("PYTEST_XDIST_WORKER"):
+        return
+    outside = [item.nodeid for item in session.items
+               if item.get_closest_marker("realstack") and not item.nodeid.endswith("@realstack")]
+    if outside:
+        pytest.fail(f"the realstack tier ran outside its xdist group ({outside[0]}): run it with `--dist loadgroup` "
+                    "(pyproject's addopts) on a pytest that keeps xdist's group suffix", pytrace=False)
+
+
 @pytest.fixture(scope="session")
-def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
+def stack(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Stack]:
+    _one_group(request.session)
     for problem in (mariadb_reachable(), rabbit_reachable()):
         if problem:
             _missing(problem)

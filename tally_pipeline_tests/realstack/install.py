@@ -17,13 +17,12 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-#: Versions that were brought up together on this kind of machine. Change one and the cache key changes.
-COMMON = ("oslo.messaging==18.3.1", "SQLAlchemy==2.1.9", "gunicorn==27.0.1", "PyMySQL==1.1.2")
-GROUPS: dict[str, tuple[str, ...]] = {
-    "core": ("keystone==30.0.0", "openstack-placement==16.0.0", "nova==34.0.0"),
-    "glance": ("glance==33.0.0",),
-    "storage": ("cinder==29.0.0", "neutron==29.0.0"),
-}
+#: The services of each group; ``locks/<group>.in`` names them with the libraries every group shares, and
+#: ``locks/<group>.txt`` pins everything they pull in, resolved as of the day the tier first came up (a
+#: transitive release after it, cryptography 51 beside pysaml2's pyOpenSSL cap, broke keystone's db sync).
+#: Regenerate a lock with the command at its head; a changed lock changes the cache key.
+LOCKS = Path(__file__).with_name("locks")
+GROUPS = ("core", "glance", "storage")
 
 
 class InstallError(RuntimeError):
@@ -37,7 +36,7 @@ def cache_root() -> Path:
 
 
 def cache_key() -> str:
-    text = "\n".join([sys.version.split()[0], *COMMON, *(f"{g}:{p}" for g, ps in GROUPS.items() for p in ps)])
+    text = "\n".join([sys.version.split()[0], *((LOCKS / f"{g}.txt").read_text() for g in GROUPS)])
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
@@ -66,15 +65,21 @@ def _run(cmd: list[str], log: Path) -> None:
         raise InstallError(f"{' '.join(cmd[:3])}… exited {done.returncode}:\n{tail}")
 
 
-def _build(target: Path, packages: tuple[str, ...], log: Path) -> None:
+def _build(target: Path, lock: Path, log: Path) -> None:
     uv = _uv()
     base_python = getattr(sys, "_base_executable", sys.executable)
     if uv:
         _run([uv, "venv", "--quiet", "--python", base_python, str(target)], log)
-        _run([uv, "pip", "install", "--quiet", "--python", str(target / "bin" / "python"), *packages, *COMMON], log)
+        _run([uv, "pip", "install", "--quiet", "--python", str(target / "bin" / "python"), "-r", str(lock)], log)
     else:
         _run([base_python, "-m", "venv", str(target)], log)
-        _run([str(target / "bin" / "pip"), "install", "--quiet", *packages, *COMMON], log)
+        _run([str(target / "bin" / "pip"), "install", "--quiet", "-r", str(lock)], log)
+
+
+def services(group: str) -> list[str]:
+    """The top-level pins of ``group`` (its ``.in`` file), for the progress line."""
+    lines = (LOCKS / f"{group}.in").read_text().splitlines()
+    return [line for line in lines if line and not line.startswith("#")]
 
 
 def ensure_installed(progress: Callable[[str], None] = lambda _msg: None) -> dict[str, Path]:
@@ -82,16 +87,17 @@ def ensure_installed(progress: Callable[[str], None] = lambda _msg: None) -> dic
     root = cache_root() / cache_key()
     venvs = {name: root / name for name in GROUPS}
     with _locked(root.parent / f"{root.name}.lock"):
-        for name, packages in GROUPS.items():
+        for name in GROUPS:
             target = venvs[name]
             if (target / ".complete").exists():
                 continue
+            packages = services(name)
             progress(f"installing {name}: {' '.join(packages)}")
             # Built where it stays (console scripts name their interpreter by path); only a finished
             # venv is marked complete, so an interrupted build is removed and made again.
             shutil.rmtree(target, ignore_errors=True)
             target.parent.mkdir(parents=True, exist_ok=True)
-            _build(target, packages, root / f"install-{name}.log")
+            _build(target, LOCKS / f"{name}.txt", root / f"install-{name}.log")
             (target / ".complete").write_text(" ".join(packages) + "\n")
     return venvs
 

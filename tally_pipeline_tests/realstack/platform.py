@@ -25,6 +25,13 @@ def delete_server(conn: Any, server_id: str) -> None:
                f"server {server_id} deleted", BUILD_WAIT)
 
 
+def delete_volume(conn: Any, volume_id: str) -> None:
+    """Delete a volume and wait until cinder answers 404 for it (a fast delete may be done before the first look)."""
+    conn.block_storage.delete_volume(volume_id)
+    wait_until(lambda: conn.block_storage.find_volume(volume_id, ignore_missing=True, all_projects=True) is None,
+               f"volume {volume_id} deleted", BUILD_WAIT)
+
+
 @dataclass(frozen=True)
 class ServerTimes:
     """A server's times as nova records them (seconds since the epoch)."""

@@ -81,6 +81,9 @@ class Product:
             # the ledger posts up to the cycle's own instant.
             "reconciliation": {"settle_window": 0},
             "ledger": {"ingest_lag": 0},
+            # The audit against nova's usage held to seconds, not the default hour: the tier's servers live
+            # minutes, and only nova's rounding (2 s a server) and the explained kinds may pass.
+            "audit": {"tolerance_hours": 0.01, "tolerance_ratio": 0},
             "api": {"sync_workers": 1},
             "collector": {"pool": POOL, "topics": list(TOPICS), "service_exchanges": SERVICE_EXCHANGES,
                           "batch_timeout": 0.05, "rebind_interval": 1, "reconnect_max_delay": 2,

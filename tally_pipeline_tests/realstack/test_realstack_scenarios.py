@@ -10,18 +10,21 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import httpx
 import pytest
 
 from tally_pipeline.api.sync_routes import MAX_WAIT
+from tally_pipeline.runtime import Runtime
 from tally_pipeline_tests.faults import wait_until
 from tally_pipeline_tests.realstack.platform import (
     BUILD_WAIT,
     actions,
     boot,
     delete_server,
+    delete_volume,
     nova_usage_seconds,
     server_times,
 )
@@ -147,8 +150,7 @@ def test_volumes_floating_ips_and_images_while_the_collector_listens(conn: Any, 
                    and conn.block_storage.get_volume(volume.id).status == "available", f"volume extended to {size}",
                    BUILD_WAIT)
         sizes.append(size)
-    conn.block_storage.delete_volume(volume.id)
-    conn.block_storage.wait_for_delete(conn.block_storage.get_volume(volume.id), wait=BUILD_WAIT)
+    delete_volume(conn, volume.id)
     deleted = time.time()
 
     network = conn.network.find_network("rs-public")
@@ -242,8 +244,7 @@ def test_what_changes_while_the_collector_is_deaf_is_reconciled(conn: Any, produ
     delete_server(conn, between.id)
     delete_server(conn, kept_server.id)
     volume_deleted_after = time.time()
-    conn.block_storage.delete_volume(kept_volume.id)
-    conn.block_storage.wait_for_delete(conn.block_storage.get_volume(kept_volume.id), wait=BUILD_WAIT)
+    delete_volume(conn, kept_volume.id)
     conn.network.delete_ip(kept_fip.id)
     conn.image.delete_image(kept_image.id)
     volume = conn.block_storage.create_volume(size=1, name="rs-deaf-extended")
@@ -261,16 +262,25 @@ def test_what_changes_while_the_collector_is_deaf_is_reconciled(conn: Any, produ
     for server in (live, stopped):
         truth = server_times(conn, server.id)
         assert truth is not None, server.id
-        [interval] = product.lifecycle("instance", server.id)
+        first = product.lifecycle("instance", server.id)[0]
         assert sources(product.events("instance", server.id)) == {"reconciliation"}
-        assert interval.end is None and truth.launched is not None and abs(interval.start - truth.launched) <= SLACK
-    # The listing shows today's status only: dated from the launch, not from the stop (nova's instance actions
-    # know when it stopped; reconciliation does not read them yet).
-    assert product.lifecycle("instance", stopped.id)[0].status == "shutoff"
+        assert truth.launched is not None and abs(first.start - truth.launched) <= SLACK
+        assert first.status == "active"
+    [interval] = product.lifecycle("instance", live.id)
+    assert interval.end is None
+    # The server stopped while nobody listened gets its past from nova's instance actions: active from the
+    # launch, shutoff from the stop action (its last event's finish), not from the sync's poll.
+    ran, off = product.lifecycle("instance", stopped.id)
+    [stop] = actions(conn, stopped.id)["stop"]
+    assert stop.finish is not None and ran.end == off.start and off.status == "shutoff" and off.end is None
+    assert abs(off.start - stop.finish) <= 10, (off, stop)
+    assert run["per_type"]["instance"]["dated_by"].get("action", 0) >= 1, run["per_type"]["instance"]
 
     truth = server_times(conn, between.id)
     assert truth is not None, between.id
-    [recovered] = product.lifecycle("instance", between.id)
+    recovered_life = product.lifecycle("instance", between.id)
+    assert len(recovered_life) == 1, (truth, product.events("instance", between.id), run["per_type"]["instance"])
+    [recovered] = recovered_life
     assert truth.terminated is not None and recovered.end is not None
     assert truth.launched is not None and abs(recovered.start - truth.launched) <= SLACK
     assert abs(recovered.end - truth.terminated) <= SLACK
@@ -393,3 +403,41 @@ def test_no_real_notification_was_refused(product: Product) -> None:
     assert product.get("/v1/rejected", cloud=CLOUD)["rejected"] == []
     assert product.collector is not None
     assert product.collector.metric("tally_collector_mapped_total") > 0
+
+
+def test_the_usage_audit_against_novas_usage_is_green_then_red_when_a_posting_is_tampered_with(
+        product: Product) -> None:
+    """``tally openstack audit-usage`` over the scenarios' hours against nova's own ``os-simple-tenant-usage``:
+    green (every difference explained, or within the tolerance); one posting changed by hand makes it red,
+    naming the entity as a ``ledger_mismatch``; the posting restored, green again."""
+    product.tally("post-usage")
+    end = datetime.now(UTC).replace(microsecond=0)
+    args = ("openstack", "audit-usage", "--cloud", CLOUD, "--from", (end - timedelta(hours=6)).isoformat(),
+            "--to", end.isoformat(), "--json")
+    green = json.loads(product.tally(*args).stdout)
+    assert green["status"] == "passed", json.dumps(green, indent=1)[:6000]
+    assert green["servers"]["nova"] >= 3 and green["api_calls"] >= 1, green["servers"]
+
+    rt = Runtime.load(str(product.config_path))
+    try:
+        [(project, clamp)] = rt.store.query(
+            "SELECT project_id, max(clamp) FROM ledger_postings WHERE cloud = %s AND meter = 'instance_hours' "
+            "AND account = 'usage' GROUP BY project_id ORDER BY project_id LIMIT 1", [CLOUD])
+
+        def shift(by: str) -> None:
+            rt.store.run(lambda uow: uow.execute(
+                "UPDATE ledger_postings SET amount = amount + CAST(%s AS NUMERIC(38,6)) WHERE cloud = %s "
+                "AND project_id = %s AND meter = 'instance_hours' AND account = 'usage' AND clamp = %s",
+                [by, CLOUD, project, clamp]))
+
+        shift("5")
+        try:
+            red = json.loads(product.tally(*args, ok=(1,)).stdout)
+            assert red["status"] == "failed", json.dumps(red, indent=1)[:6000]
+            assert [(d["project_id"], d["meter"], d["amount"]) for d in red["differences"]
+                    if d["kind"] == "ledger_mismatch"] == [(project, "instance_hours", "5.000000")]
+        finally:
+            shift("-5")
+    finally:
+        rt.close()
+    assert json.loads(product.tally(*args).stdout)["status"] == "passed"

@@ -6,6 +6,7 @@ import json
 import subprocess
 import sys
 import textwrap
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import duckdb
@@ -83,3 +84,22 @@ def test_a_new_snapshot_replaces_the_old_one(tmp_path: Path) -> None:
 def test_postgres_is_refused_with_a_reason(pg_url: str) -> None:
     with open_store(pg_url, migrate=True) as store, pytest.raises(StoreError, match="Postgres serves analysts"):
         write_snapshot(store)
+
+
+def test_a_command_line_snapshot_holds_the_usage_so_far(tmp_path: Path) -> None:
+    """No Dagster schedule fills usage_daily for a command-line user: ``tally snapshot`` recomputes its days first."""
+    url = f"duckdb://{tmp_path / 'tally.duckdb'}"
+    yesterday = datetime.now(UTC).date() - timedelta(days=1)
+    with open_store(url) as store:
+        Ingestor(store, default_registry()).ingest(
+            [event(event_id="vm", resource_id="vm", occurred_at=f"{yesterday.isoformat()}T10:00:00Z")], origin="test")
+    kept = CliRunner().invoke(main, ["snapshot", "--database", url, "--no-usage-daily"])
+    assert kept.exit_code == 0, kept.output
+    assert json.loads(kept.output)["rows"]["usage_daily"] == 0  # as the table stood
+    result = CliRunner().invoke(main, ["snapshot", "--database", url])
+    assert result.exit_code == 0, result.output
+    report = json.loads(result.output)
+    assert report["rows"]["usage_daily"] == report["usage_daily"]["rows"] > 0
+    daily = pl.read_parquet(tmp_path / "snapshot" / "usage_daily.parquet")
+    hours = daily.filter((pl.col("meter") == "instance_hours") & (pl.col("day") == yesterday))["quantity"]
+    assert [float(h) for h in hours] == [14.0]  # 10:00 to midnight

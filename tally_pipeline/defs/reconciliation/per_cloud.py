@@ -80,6 +80,8 @@ def reconcile_partitions(context: dg.AssetExecutionContext, store: TallyStore, a
             "drift": dg.MetadataValue.text(f"{(run.drift or 0.0):.2%}"), "live_before": run.live_before,
             "late": run.late,  # corrections that settled late deliveries: not in drift (docs/reconciliation.md)
             "per_type": md_table(header, rows),
+            # what dated the status and size corrections: nova's actions, the platform's updated, the poll
+            "dated_by": dg.MetadataValue.json(run.dated_by()),
         })
         context.add_asset_metadata(asset_key="sync_deferrals", partition_key=cloud, metadata={
             "dagster/row_count": run.deferred, "sync_run_id": run.run_id,

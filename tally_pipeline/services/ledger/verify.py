@@ -122,6 +122,12 @@ def verify(store: Store, registry: SizeSchemaRegistry | None = None, *, include_
     return store.run(lambda uow: _verify(uow, store, registry, include_history))
 
 
+def verify_in(uow: UnitOfWork, store: Store, registry: SizeSchemaRegistry) -> Verification:
+    """``verify`` inside a caller's unit of work: its findings describe the snapshot the caller reads
+    (closing a month reads the month's usage in the same one)."""
+    return _verify(uow, store, registry, True)
+
+
 def _verify(uow: UnitOfWork, store: Store, registry: SizeSchemaRegistry, include_history: bool) -> Verification:
     sql = store.usage_sql()
     meters = registry.meters()

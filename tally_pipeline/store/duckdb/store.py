@@ -250,11 +250,26 @@ class DuckDBUnitOfWork(UnitOfWork):
         return {(cloud, event_id): digest for cloud, event_id, digest in rows}
 
     def append_rejections(self, rows: Sequence[RejectedRow], received_at: datetime) -> None:
-        self.con.executemany(
-            "INSERT INTO rejected_events (received_at, reason, message, origin, cloud, event_id, raw) "
-            "VALUES (?, ?, ?, ?, ?, ?, ?)",
-            [[received_at, r.reason, r.message, r.origin, r.cloud, r.event_id, r.raw] for r in rows],
-        )
+        # One INSERT ... SELECT from an Arrow table: executemany runs one statement per row (about 2 ms
+        # each here, so a landing file of 65,000 refused items took minutes).
+        text = pa.string()
+        batch = pa.table({
+            "reason": pa.array([r.reason for r in rows], text),
+            "message": pa.array([r.message for r in rows], text),
+            "origin": pa.array([r.origin for r in rows], text),
+            "cloud": pa.array([r.cloud for r in rows], text),
+            "event_id": pa.array([r.event_id for r in rows], text),
+            "raw": pa.array([r.raw for r in rows], text),
+        })
+        self.con.register("_rejections_batch", batch)
+        try:
+            self.con.execute(
+                "INSERT INTO rejected_events (received_at, reason, message, origin, cloud, event_id, raw) "
+                "SELECT ?, reason, message, origin, cloud, event_id, raw FROM _rejections_batch",
+                [received_at],
+            )
+        finally:
+            self.con.unregister("_rejections_batch")
 
 
 class DuckDBStore(Store):

@@ -422,7 +422,9 @@ def test_the_usage_audit_against_novas_usage_is_green_then_red_when_a_posting_is
     end = datetime.now(UTC).replace(microsecond=0)
     args = ("openstack", "audit-usage", "--cloud", CLOUD, "--from", (end - timedelta(hours=6)).isoformat(),
             "--to", end.isoformat(), "--json")
-    green = json.loads(product.tally(*args).stdout)
+    answer = product.tally(*args).stdout
+    (product.root / "audit-usage.json").write_text(answer)  # kept with the run's files: the tier's figures
+    green = json.loads(answer)
     assert green["status"] == "passed", json.dumps(green, indent=1)[:6000]
     assert green["servers"]["nova"] >= 3 and green["api_calls"] >= 1, green["servers"]
 

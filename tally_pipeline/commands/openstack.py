@@ -5,7 +5,7 @@ whether the bus collector hears it (its queue bound to the exchange the service 
 from __future__ import annotations
 
 import json
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -14,6 +14,9 @@ from tally_pipeline.core.platform import INSUFFICIENT_SCOPE
 from tally_pipeline.core.type_summary import summaries_from_json
 from tally_pipeline.runtime import Runtime
 from tally_pipeline.services.errors import UnknownCloud
+
+if TYPE_CHECKING:
+    from tally_pipeline.adapters.openstack import OpenStackAdapter
 
 
 @click.command("check")
@@ -35,17 +38,10 @@ def check(rt: Runtime, cloud: str, sample: int, collector_url: str | None, as_js
     Exits 1 when a type cannot be reconciled (scope not proven or listing failing), the latest
     run was not clean (failed, partial, or the mass-delete guard held deletes), or (with --collector)
     the collector does not answer or a service's exchange is not bound."""
-    from tally_pipeline.adapters.openstack import OpenStackAdapter
     from tally_pipeline.adapters.openstack_check import check as check_cloud
     from tally_pipeline.services.reconciliation import sync_runs
 
-    try:
-        adapter = rt.adapter(cloud)
-    except UnknownCloud as exc:
-        raise click.ClickException(str(exc)) from None
-    if not isinstance(adapter, OpenStackAdapter):
-        raise click.ClickException(f"cloud {cloud!r} is not an OpenStack cloud (provider: "
-                                   f"{rt.config.clouds[cloud].provider})")
+    adapter = openstack_adapter(rt, cloud)
     result = check_cloud(adapter, sample=sample)
     latest = next(iter(sync_runs(rt.store, cloud=cloud, limit=1)), None)
     blocked = result.error is not None or any(not t.deletes_allowed for t in result.types)
@@ -69,6 +65,20 @@ def check(rt: Runtime, cloud: str, sample: int, collector_url: str | None, as_js
             _print_collector(heard)
     if blocked or unclean or deaf:
         raise SystemExit(1)
+
+
+def openstack_adapter(rt: Runtime, cloud: str) -> OpenStackAdapter:
+    """CLOUD's adapter, or a usage error naming what CLOUD is when it is not an OpenStack cloud."""
+    from tally_pipeline.adapters.openstack import OpenStackAdapter
+
+    try:
+        adapter = rt.adapter(cloud)
+    except UnknownCloud as exc:
+        raise click.ClickException(str(exc)) from None
+    if not isinstance(adapter, OpenStackAdapter):
+        raise click.ClickException(f"cloud {cloud!r} is not an OpenStack cloud (provider: "
+                                   f"{rt.config.clouds[cloud].provider})")
+    return adapter
 
 
 def _collector(url: str, resource_types: Any) -> dict[str, Any]:

@@ -12,9 +12,9 @@ from typing import Any
 import click
 
 from tally_pipeline.commands._options import with_runtime
+from tally_pipeline.commands.openstack import openstack_adapter
 from tally_pipeline.core.timeutil import format_rfc3339, parse_rfc3339
 from tally_pipeline.runtime import Runtime
-from tally_pipeline.services.errors import UnknownCloud
 
 
 def _instant(text: str, option: str) -> datetime:
@@ -40,20 +40,12 @@ def audit_usage(rt: Runtime, cloud: str, start: str, end: str, as_json: bool, sh
 
     Exits 1 when a project's unexplained difference exceeds the tolerance (audit: in the config), 2 when
     the audit could not be made (nova unreadable, an empty window)."""
-    from tally_pipeline.adapters.openstack import OpenStackAdapter
     from tally_pipeline.services.usage_audit import audit_usage as run_audit
 
     t1, t2 = _instant(start, "--from"), _instant(end, "--to")
     if not t1 < t2:
         raise click.BadParameter("must be after --from", param_hint="--to")
-    try:
-        adapter = rt.adapter(cloud)
-    except UnknownCloud as exc:
-        raise click.ClickException(str(exc)) from None
-    if not isinstance(adapter, OpenStackAdapter):
-        raise click.ClickException(f"cloud {cloud!r} is not an OpenStack cloud (provider: "
-                                   f"{rt.config.clouds[cloud].provider})")
-    run = run_audit(rt.store, rt.registry, cloud, adapter, t1, t2, rt.config.audit)
+    run = run_audit(rt.store, rt.registry, cloud, openstack_adapter(rt, cloud), t1, t2, rt.config.audit)
     if as_json:
         click.echo(json.dumps(run.to_dict(), indent=2, default=str))
     else:

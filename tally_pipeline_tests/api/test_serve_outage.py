@@ -17,8 +17,8 @@ from tally_pipeline.api import app as api_app
 from tally_pipeline.bench.serve_process import ServeProcess
 from tally_pipeline.store import open_store
 from tally_pipeline_tests.api_setup import build_api
-from tally_pipeline_tests.holds import NEVER, Held
 from tally_pipeline_tests.faults import TOKEN, events, migrate, tokens_file, wait_until
+from tally_pipeline_tests.holds import NEVER, Held
 
 GIVE_UP = 60.0  # a bound for giving up on an answer, never a measurement
 PASSWORD = "Sup3r-s3cret-pw-4242"  # the test server trusts every local login, so any password connects

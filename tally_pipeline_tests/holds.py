@@ -30,6 +30,7 @@ class Held:
         self.hold = hold
         self.entered = threading.Event()
         self.release = threading.Event()
+        self.returned = threading.Event()  # a call has come back (or raised) after its release
         self.on_loop: list[bool] = []
         self.threads: list[str] = []
         self._lock = threading.Lock()
@@ -44,6 +45,9 @@ class Held:
             self.on_loop.append(on_a_loop())
             self.threads.append(threading.current_thread().name)
         self.entered.set()
-        if self.hold:
-            assert self.release.wait(NEVER), "the test never released the held step"
-        return self.step(*args, **kwargs)
+        try:
+            if self.hold:
+                assert self.release.wait(NEVER), "the test never released the held step"
+            return self.step(*args, **kwargs)
+        finally:
+            self.returned.set()

@@ -12,12 +12,10 @@ so the loop, for seconds); the chunks give the same text as one decode.
 
 from __future__ import annotations
 
-import asyncio
 import os
 import random
 import threading
 from collections.abc import Callable
-from typing import Any
 
 import httpx
 import pytest
@@ -26,37 +24,9 @@ from tally_pipeline.api import app as api_app
 from tally_pipeline.api.bodies import DECODE_CHUNK, raw_text
 from tally_pipeline.store import open_store
 from tally_pipeline_tests.api_setup import bearer, build_api, token_for
+from tally_pipeline_tests.holds import NEVER, Held
 
 BODY_BYTES = 5 * 1024 * 1024
-NEVER = 120.0  # a failure detector: the wait ends at once when the behaviour is right
-
-
-def _on_a_loop() -> bool:
-    try:
-        asyncio.get_running_loop()
-    except RuntimeError:
-        return False
-    return True
-
-
-class Held:
-    """Wraps a step of the dead-letter work: records where it ran, and holds it until released."""
-
-    def __init__(self, step: Callable[..., Any], *, hold: bool):
-        self.step = step
-        self.hold = hold
-        self.entered = threading.Event()
-        self.release = threading.Event()
-        self.on_loop: list[bool] = []
-        self.threads: list[str] = []
-
-    def __call__(self, *args: Any) -> Any:
-        self.on_loop.append(_on_a_loop())
-        self.threads.append(threading.current_thread().name)
-        self.entered.set()
-        if self.hold:
-            assert self.release.wait(NEVER), "the test never released the held step"
-        return self.step(*args)
 
 
 def test_a_5_mib_random_body_is_dead_lettered_off_the_loop_while_healthz_answers(

@@ -13,6 +13,7 @@ import pytest
 from tally_pipeline.bench.serve_process import ServeProcess
 from tally_pipeline.store import open_store
 from tally_pipeline.store.base import RejectedRow
+from tally_pipeline.store.duckdb.store import SharedFile
 from tally_pipeline_tests.faults import TOKEN, migrate, tokens_file
 
 CAP = 1024 * 1024  # the server's body limit in this test, and so the raw read's cap
@@ -37,13 +38,20 @@ def test_raw_reads_are_capped_and_streamed(backend: str, tmp_path: Path, request
         store.run(lambda uow: uow.insert_rejections(
             [RejectedRow("invalid_json", "invalid_json: seed", "file:big", "small"),
              RejectedRow("invalid_json", "invalid_json: seed", "file:big", big)], store_now()))
-        small_id, big_id = sorted(row.id for row in store.rejected())
+        seeded = {row.raw_bytes: row.id for row in store.rejected()}
+        small_id, big_id = seeded[5], seeded[len(big.encode())]  # by size, not by the order ids were given
+    if backend == "duckdb":  # the file is this process's no more: the server opens what was written
+        assert SharedFile.of(url.removeprefix("duckdb://"))._con is None
     config = tmp_path / "tally.yaml"
     config.write_text(f"api: {{max_body_bytes: {CAP}}}\n")
     with ServeProcess(url, tokens_file=tokens_file(tmp_path), config=config, log_path=tmp_path / "serve.log") as server:
         server.start()
         headers = {"Authorization": f"Bearer {TOKEN}"}
         with httpx.Client(base_url=server.url, timeout=120, headers=headers) as http:
+            # What the server sees first, so that a failure says whether it sees the rows at all.
+            listed = http.get("/v1/rejected", params={"limit": 10})
+            assert sorted(r["id"] for r in listed.json()["rejected"]) == sorted([small_id, big_id]), \
+                (listed.status_code, listed.text[:2000], server.log_tail(5000))
             small = http.get(f"/v1/rejected/{small_id}/raw")
             assert small.text == "small" and small.headers["x-raw-truncated"] == "false"
             assert small.headers["x-raw-bytes"] == "5"

@@ -31,6 +31,24 @@ ADMIN = "dagster-sync-admin-token-0123"
 HEADERS = {"Authorization": f"Bearer {ADMIN}"}
 RUN = """
 query($id: ID!) { runOrError(runId: $id) { __typename ... on Run { status jobName tags { key value } } } }"""
+LOCATIONS = """
+{ workspaceOrError { __typename ... on Workspace { locationEntries { name loadStatus locationOrLoadError {
+  __typename ... on RepositoryLocation { repositories { jobs { name } } } ... on PythonError { message } } } } } }"""
+
+
+def _loaded_jobs(http: httpx.Client, web_port: int) -> set[str] | None:
+    """The jobs of the webserver's code location once it has loaded (None while it loads); a location
+    that loaded with an error fails the test with Dagster's own message."""
+    answer = http.post(f"http://127.0.0.1:{web_port}/graphql", json={"query": LOCATIONS}).json()
+    entries = answer["data"]["workspaceOrError"]["locationEntries"]
+    if not entries or any(entry["loadStatus"] != "LOADED" for entry in entries):
+        return None
+    jobs: set[str] = set()
+    for entry in entries:
+        location = entry["locationOrLoadError"]
+        assert location and location["__typename"] == "RepositoryLocation", f"{entry['name']} failed to load: {location}"
+        jobs |= {job["name"] for repo in location["repositories"] for job in repo["jobs"]}
+    return jobs
 
 
 def _cloud(seed: int) -> dict[str, Any]:
@@ -63,6 +81,11 @@ def test_a_sync_requested_from_the_api_runs_as_a_dagster_run(tmp_path: Path, pg_
                      env=env, cwd=tmp_path, ready_line=None)
     try:
         web.wait_ready(timeout=180)
+        # Uvicorn listens before the code location has loaded (its code server starts apart, slowly on a
+        # loaded machine): a deployment is ready once the location is, as an operator's probe would see.
+        with httpx.Client(timeout=90) as probe:
+            jobs = wait_until(lambda: _loaded_jobs(probe, web_port), "the code location to load", timeout=300)
+        assert "reconciliation" in jobs, jobs
         with ServeProcess(database, config=tmp_path / "api.yaml", tokens_file=tmp_path / "tokens.yaml",
                           log_path=tmp_path / "serve.log") as api, \
                 httpx.Client(timeout=90) as http:

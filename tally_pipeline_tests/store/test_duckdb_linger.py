@@ -24,7 +24,9 @@ def _shared(path: Path) -> SharedFile:
 
 
 def test_the_file_stays_open_between_units_then_closes_by_itself(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(SharedFile, "linger_s", 2.0)  # ample between two statements on a loaded machine
+    # A linger longer than any pause between two statements, whatever the machine's speed: the next
+    # unit reuses the connection. Then a short one, so the last unit's release is followed by a close.
+    monkeypatch.setattr(SharedFile, "linger_s", 3600.0)
     path = tmp_path / "tally.duckdb"
     store = open_store(f"duckdb://{path}")
     shared = _shared(path)
@@ -33,8 +35,10 @@ def test_the_file_stays_open_between_units_then_closes_by_itself(tmp_path: Path,
     assert opened is not None  # lingering: the next unit reuses it
     store.query("SELECT 2")
     assert shared._con is opened
-    wait_until(lambda: shared._con is None, "the idle file to close", timeout=10)
-    wait_until(lambda: shared._closer is None, "the closer thread to end with it", timeout=10)
+    monkeypatch.setattr(SharedFile, "linger_s", 0.05)
+    store.query("SELECT 3")  # its release wakes the closer thread, which now waits the short linger
+    wait_until(lambda: shared._con is None, "the idle file to close", timeout=60)
+    wait_until(lambda: shared._closer is None, "the closer thread to end with it", timeout=60)
     assert _other_process_opens(path)
     store.close()
 

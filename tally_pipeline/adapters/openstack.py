@@ -31,6 +31,7 @@ that never happened. A 403 on a listing is the same verdict, said loudly (nova).
 
 from __future__ import annotations
 
+import logging
 import math
 import threading
 import time
@@ -67,6 +68,8 @@ from tally_pipeline.core import scope as scope_rules
 from tally_pipeline.core.actions import InstanceAction
 from tally_pipeline.core.timeutil import format_rfc3339
 from tally_pipeline.schemas import default_registry
+
+log = logging.getLogger(__name__)
 
 #: The packaged resource types (each has a record mapper below), in the registry's order.
 RESOURCE_TYPES = default_registry().in_order
@@ -323,7 +326,10 @@ class OpenStackAdapter:
         def safe(sid: str) -> list[InstanceAction] | None:
             try:
                 return ask(sid)
-            except Exception:  # noqa: BLE001 - no record read: the correction is dated without it
+            except Exception as exc:  # noqa: BLE001 - no record read: the correction is dated without it
+                # counted where it shows (dated_by updated/poll); said here with the cause
+                log.warning("instance actions of server %s not read, its corrections dated without them: %s: %s",
+                            sid, type(exc).__name__, exc)
                 return None
 
         ids = list(dict.fromkeys(server_ids))

@@ -136,6 +136,7 @@ def _requests(n: int, run_id: str = "no-run") -> dict[tuple[str, str], Callable[
         ("/v1/inventory", "GET"): lambda: ("/v1/inventory", {}),
         ("/v1/usage", "GET"): lambda: ("/v1/usage?include=pending", {}),
         ("/v1/usage/{cloud}/{project_id}/current", "GET"): lambda: ("/v1/usage/c1/p1/current", {}),
+        ("/v1/statements/{cloud}/{month}", "GET"): lambda: ("/v1/statements/c1/2026-11", {}),
         ("/internal/sync/{cloud}", "POST"): lambda: (f"/internal/sync/{SIM_CLOUD}", {}),
         ("/internal/sync/{cloud}/runs/{run_id}", "GET"): lambda: (f"/internal/sync/{SIM_CLOUD}/runs/{run_id}", {}),
         ("/healthz", "GET"): lambda: ("/healthz", {}),

@@ -57,6 +57,13 @@ mutation($params: LaunchBackfillParams!) {
 }"""
 RUNS = """
 { runsOrError { ... on Runs { results { runId jobName status startTime endTime tags { key value } } } } }"""
+# A failed run's own errors: each failed step's and the run's failure message, as the run's page shows them.
+RUN_ERRORS = """
+query($id: ID!) { runOrError(runId: $id) { ... on Run { eventConnection { events {
+  __typename
+  ... on ExecutionStepFailureEvent { stepKey error { message } }
+  ... on RunFailureEvent { message }
+} } } } }"""
 BACKFILL = """
 query($id: String!) { partitionBackfillOrError(backfillId: $id) { ... on PartitionBackfill { status } } }"""
 
@@ -74,6 +81,13 @@ class GraphQL:
         answer = self.http.post("/graphql", json={"query": query, "variables": variables}).json()
         assert "errors" not in answer, answer["errors"]
         return answer["data"]
+
+    def errors(self, run_id: str) -> list[str]:
+        """A run's own error messages: its failed steps' (step: message), then the run's failure."""
+        events = self(RUN_ERRORS, id=run_id)["runOrError"].get("eventConnection", {}).get("events", [])
+        return [f"{e['stepKey']}: {e['error']['message'][:1500]}" if e["__typename"] == "ExecutionStepFailureEvent"
+                else e["message"][:1500] for e in events
+                if e["__typename"] in ("ExecutionStepFailureEvent", "RunFailureEvent")]
 
     def launch(self, job: str, tags: dict[str, str]) -> str:
         params = {"selector": {**LOCATION, "jobName": job},
@@ -199,6 +213,7 @@ def test_daemon_webserver_code_server_and_two_apis_on_postgres(tmp_path: Path, p
         run_ids.append(gql.launch("delta_posting", {}))
         runs = wait_until(lambda: all_done() if len(gql(RUNS)["runsOrError"]["results"]) > len(runs) else None,
                           "the last posting run", timeout=300)
+        errors = {r["runId"]: gql.errors(r["runId"]) for r in runs}  # asked of every run: the query is checked
     finally:
         for collector in collectors:
             collector.stop(timeout=30)
@@ -208,8 +223,8 @@ def test_daemon_webserver_code_server_and_two_apis_on_postgres(tmp_path: Path, p
         logs = {svc.name: svc.output() for svc in services}
         analyst.close(tally_url)
 
-    failed = [(r["jobName"], r["status"]) for r in runs if r["status"] != "SUCCESS"]
-    assert not failed, (failed, logs["daemon"][-4000:])
+    failed = [(r["jobName"], r["status"], errors[r["runId"]]) for r in runs if r["status"] != "SUCCESS"]
+    assert not failed, (failed, logs["daemon"][-2000:])  # each failed run's own errors first
     assert set(run_ids) <= {r["runId"] for r in runs}
     tags = [{t["key"]: t["value"] for t in r["tags"]} for r in runs]
     assert any(r["jobName"] == "__ASSET_JOB" or "usage_daily" in r["jobName"] or t.get("dagster/backfill")

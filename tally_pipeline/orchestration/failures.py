@@ -12,9 +12,9 @@ first (``unreadable``), and says so in the log once per change of that state, no
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import Any
+from typing import Any, TypeVar
 
 import dagster as dg
 
@@ -22,6 +22,8 @@ from tally_pipeline.config import ConfigError
 from tally_pipeline.redaction import redact
 from tally_pipeline.services.errors import UnknownCloud
 from tally_pipeline.store.errors import StoreError
+
+T = TypeVar("T")
 
 #: What keeps a sensor or check from reading the store: the database (down, refusing, busy) or the config.
 UNREADABLE: tuple[type[Exception], ...] = (StoreError, ConfigError)
@@ -71,3 +73,14 @@ def outage_over(context: dg.SensorEvaluationContext, name: str) -> None:
     """Say once that sensor ``name`` reads the store again after ``outage_skip``."""
     if _said.pop(name, None) is not None:
         context.log.info(f"{name}: the store can be read again")
+
+
+def outage_guarded(context: dg.SensorEvaluationContext, name: str, tick: Callable[[], T]) -> T | dg.SkipReason:
+    """Sensor ``name``'s ``tick``, skipped with the cause first while the store cannot be read (``outage_skip``),
+    and the outage's end said once when it can again (``outage_over``)."""
+    try:
+        result = tick()
+    except UNREADABLE as exc:
+        return outage_skip(context, name, exc)
+    outage_over(context, name)
+    return result

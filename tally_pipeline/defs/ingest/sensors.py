@@ -9,7 +9,7 @@ import dagster as dg
 from tally_pipeline.defs.ingest.jobs import landing_job
 from tally_pipeline.defs.ingest.landing_folders import file_signature, landing_files, read_landing_cursor
 from tally_pipeline.orchestration.alert_states import evaluation, states
-from tally_pipeline.orchestration.failures import UNREADABLE, outage_over, outage_skip
+from tally_pipeline.orchestration.failures import outage_guarded
 from tally_pipeline.orchestration.resources import TallyStore
 from tally_pipeline.orchestration.table_metadata import (
     cloud_activity_metadata,
@@ -28,12 +28,7 @@ IGNORED = "ignored:"
            description="Records what the API wrote since the last look as materializations of event_log, cloud_activity "
                        "and dead_letter (with the events_silent check); automation then refreshes the projections.")
 def api_writes_sensor(context: dg.SensorEvaluationContext, store: TallyStore) -> dg.SensorResult | dg.SkipReason:
-    try:
-        result = _api_writes(context, store)
-    except UNREADABLE as exc:
-        return outage_skip(context, "api_writes_sensor", exc)
-    outage_over(context, "api_writes_sensor")
-    return result
+    return outage_guarded(context, "api_writes_sensor", lambda: _api_writes(context, store))
 
 
 def _api_writes(context: dg.SensorEvaluationContext, store: TallyStore) -> dg.SensorResult | dg.SkipReason:
@@ -81,12 +76,7 @@ def _note(context: dg.SensorEvaluationContext, seen: dict[str, str], current: di
 @dg.sensor(job=landing_job, minimum_interval_seconds=30, default_status=dg.DefaultSensorStatus.RUNNING,
            description="Starts a landing_files run for each day folder with files it has not seen (new or changed).")
 def landing_files_sensor(context: dg.SensorEvaluationContext, store: TallyStore) -> dg.SensorResult | dg.SkipReason:
-    try:
-        result = _landing_files(context, store)
-    except UNREADABLE as exc:
-        return outage_skip(context, "landing_files_sensor", exc)
-    outage_over(context, "landing_files_sensor")
-    return result
+    return outage_guarded(context, "landing_files_sensor", lambda: _landing_files(context, store))
 
 
 def _landing_files(context: dg.SensorEvaluationContext, store: TallyStore) -> dg.SensorResult | dg.SkipReason:

@@ -11,7 +11,7 @@ import dagster as dg
 from tally_pipeline.core.timeutil import format_rfc3339, parse_rfc3339, to_utc
 from tally_pipeline.defs.reconciliation.requests import follow_up_requests, reconciliation_requests
 from tally_pipeline.orchestration.alert_states import SYNC_CHECKS, report
-from tally_pipeline.orchestration.failures import UNREADABLE, cause_first, outage_over, outage_skip
+from tally_pipeline.orchestration.failures import cause_first, outage_guarded
 from tally_pipeline.orchestration.location import config_changes
 from tally_pipeline.orchestration.metadata import md_table
 from tally_pipeline.orchestration.partitions import cloud_partitions
@@ -182,12 +182,7 @@ def reconciliation_defs(clouds: list[str]) -> dg.Definitions:
     @dg.sensor(job=job, minimum_interval_seconds=30, default_status=dg.DefaultSensorStatus.RUNNING,
                description="Starts a follow-up sync for a cloud as soon as its deferrals' settle window has passed.")
     def settle_window_sensor(context: dg.SensorEvaluationContext, store: TallyStore):
-        try:
-            requests = _follow_ups(context, store)
-        except UNREADABLE as exc:
-            return outage_skip(context, "settle_window_sensor", exc)
-        outage_over(context, "settle_window_sensor")
-        return requests
+        return outage_guarded(context, "settle_window_sensor", lambda: _follow_ups(context, store))
 
     def _follow_ups(context: dg.SensorEvaluationContext, store: TallyStore):
         changed = config_changes(store.config, clouds)

@@ -53,6 +53,11 @@ def known(database: str, cloud: str, *records: PlatformRecord, at) -> None:
                "resource_type": r.resource_type, "resource_id": r.resource_id, "project_id": r.project_id,
                "occurred_at": at.isoformat(), "payload": {"size": r.size, "status": r.status.lower()}}
               for r in records]
+    ingest(database, events)
+
+
+def ingest(database: str, events: list[dict[str, Any]]) -> None:
+    """Store ``events`` as the collector does; every one of them must be new."""
     store = open_store(database)
     try:
         outcome = Ingestor(store, default_registry()).ingest(events, origin="collector")

@@ -11,12 +11,10 @@ from datetime import timedelta
 
 import pytest
 
-from tally_pipeline.schemas import default_registry
 from tally_pipeline.services import projection, queries
-from tally_pipeline.services.ingest import Ingestor
 from tally_pipeline.store import open_store
 from tally_pipeline_tests.adapters.openstack_cloud import LARGE, NOW, SDK_NOISE, SMALL, T0, record, running_fake
-from tally_pipeline_tests.adapters.sync_cli import known, query, tally_sync, write_config
+from tally_pipeline_tests.adapters.sync_cli import ingest, known, query, tally_sync, write_config
 
 pytestmark = [*SDK_NOISE, pytest.mark.slow]
 CLOUD = "region-one"
@@ -36,15 +34,6 @@ def _intervals(database: str, rtype: str, rid: str) -> list[tuple]:
     finally:
         store.close()
     return [(i["start"], i["end"], i["size"], i["platform_status"]) for i in rows]
-
-
-def _ingest(database: str, events: list[dict]) -> None:
-    store = open_store(database)
-    try:
-        outcome = Ingestor(store, default_registry()).ingest(events, origin="collector")
-        assert outcome.stored == len(events), outcome
-    finally:
-        store.close()
 
 
 def test_a_status_changed_while_deaf_is_dated_by_the_action_then_updated_then_the_poll(database: str, tmp_path) -> None:
@@ -109,7 +98,7 @@ def test_a_server_resized_and_stopped_before_its_first_sync_gets_its_past_from_i
     unknown_before = dataclasses.replace(record("instance", "srv-no-trace", LARGE, "ACTIVE", minute=1,
                                                 updated_minute=4 * 60), launched_at=resized_done)
     # the collector heard the resize's preparation (on the old flavor), not the create: kept, unborn
-    _ingest(database, [{
+    ingest(database, [{
         "event_id": "prep-1", "event_type": "compute.instance.resize.prep.end", "cloud": CLOUD,
         "resource_type": "instance", "resource_id": "srv-resized", "project_id": "p-alpha",
         "occurred_at": (resized - timedelta(seconds=5)).isoformat(), "payload": {"size": SMALL, "status": "active"}}])
@@ -153,7 +142,7 @@ def test_a_resource_created_now_keeps_the_sizes_its_history_held_before(database
     extended = T0 + timedelta(hours=4)
     vol_known = record("volume", "vol-transfer", {"gb": 3, "volume_type": "ssd"}, "available", minute=1)
     vol_unknown = record("volume", "vol-extend", {"gb": 3, "volume_type": "ssd"}, "available", minute=1)
-    _ingest(database, [
+    ingest(database, [
         {"event_id": "tr-1", "event_type": "volume.transfer.accept.end", "cloud": CLOUD, "resource_type": "volume",
          "resource_id": "vol-transfer", "project_id": "p-alpha", "occurred_at": transferred.isoformat(),
          "payload": {"size": {"gb": 2, "volume_type": "ssd"}}},

@@ -154,6 +154,10 @@ def test_daemon_webserver_code_server_and_two_apis_on_postgres(tmp_path: Path, p
     migrated = subprocess.run([str(bindir / "tally"), "db", "migrate"], env=env, capture_output=True, text=True,
                               timeout=120)
     assert migrated.returncode == 0, migrated.stderr
+    # Dagster's own storage, made once before its processes start (compose's migrate step does the same).
+    dagster_made = subprocess.run([str(bindir / "dagster"), "instance", "migrate"], env=env, capture_output=True,
+                                  text=True, timeout=300)
+    assert dagster_made.returncode == 0, dagster_made.stderr
 
     services: list[Service] = []
 

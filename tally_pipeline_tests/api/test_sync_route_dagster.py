@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import subprocess
 import sys
 from pathlib import Path
 from typing import Any
@@ -74,6 +75,11 @@ def test_a_sync_requested_from_the_api_runs_as_a_dagster_run(tmp_path: Path, pg_
     (home / "dagster.yaml").write_text((ROOT / "deploy" / "embedded" / "dagster.yaml").read_text())
     env = {**os.environ, "TALLY_CONFIG": str(tmp_path / "location.yaml"), "DAGSTER_HOME": str(home)}
     env.pop("TALLY_DATABASE", None)
+    # Dagster's storage made once before the webserver and the daemon start, as docs/deploy.md has it: two
+    # processes creating a fresh instance at once both stamp its alembic table, and it then has two heads.
+    made = subprocess.run([str(Path(sys.executable).parent / "dagster"), "instance", "migrate"], env=env,
+                          capture_output=True, text=True, timeout=300)
+    assert made.returncode == 0, made.stderr
     web = Service("webserver", [sys.executable, "-m", "dagster_webserver", "-w", str(ROOT / "workspace.yaml"),
                                 "-h", "127.0.0.1", "-p", str(web_port), "--uvicorn-log-level", "info"], env=env, cwd=tmp_path,
                   ready_line="Uvicorn running on")

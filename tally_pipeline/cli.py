@@ -25,6 +25,7 @@ from tally_pipeline.commands import (
     sync,
     usage,
 )
+from tally_pipeline.commands._bench_report import record_load_before
 from tally_pipeline.commands._options import global_options, with_runtime
 from tally_pipeline.redaction import redact_unconfigured_logging
 from tally_pipeline.runtime import Runtime
@@ -78,7 +79,8 @@ GROUPS: dict[str, tuple[str, tuple[click.Command, ...]]] = {
               (ledger.daily_command, usage.show, usage.state)),
 }
 for name, (help_text, members) in GROUPS.items():
-    group = click.Group(name, help=help_text)
+    # The bench group notes the load average before its benchmark runs (printed beside its figures).
+    group = click.Group(name, help=help_text, callback=record_load_before if name == "bench" else None)
     for command in members:
         group.add_command(command)
     main.add_command(group)

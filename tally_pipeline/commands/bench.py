@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
-import json
-
 import click
 
+from tally_pipeline.commands._bench_report import print_report
 from tally_pipeline.commands._options import with_runtime
 from tally_pipeline.runtime import Runtime
 
@@ -23,8 +22,8 @@ def bench_ingest(rt: Runtime, n_events: int, clients: int, seed: int, server_wor
     """Ingest core and HTTP throughput against a raw bulk load (COPY) into the same events table."""
     from tally_pipeline.bench import ingest
 
-    click.echo(json.dumps(ingest.run(rt, events=n_events, clients=clients, seed=seed,
-                                     server_workers=server_workers, preload=preload), indent=2))
+    print_report(ingest.run(rt, events=n_events, clients=clients, seed=seed, server_workers=server_workers,
+                            preload=preload))
 
 
 
@@ -55,7 +54,7 @@ def bench_projection(rt: Runtime, n_events: int, resources: int, late: int, grow
         report = projection.growth(rt, sizes=sizes or GROWTH_SIZES[rt.store.dialect], late=late, rounds=rounds)
     else:
         report = projection.run(rt, events=n_events, resources=resources, late=late, rounds=rounds)
-    click.echo(json.dumps(report, indent=2))
+    print_report(report)
 
 
 @click.command("accuracy")
@@ -77,7 +76,7 @@ def bench_accuracy(loss: float, duplicates: float, hours: float, seed: int, clou
     with tqdm(total=int(hours * 6), desc="simulated syncs", unit="tick", leave=False) as bar:
         report = accuracy.run(loss=loss, duplicates=duplicates, hours=hours, seed=seed, clouds=clouds,
                               resources=resources, down_cell=down_cell, progress=lambda _t: bar.update(1))
-    click.echo(json.dumps(report, indent=2))
+    print_report(report)
 
 
 @click.command("reconcile")
@@ -88,7 +87,7 @@ def bench_reconcile(sizes: tuple[int, ...], database: str) -> None:
     """Diff time for a cloud of N resources with 1 % drift (projection read + pure diff)."""
     from tally_pipeline.bench import reconcile
 
-    click.echo(json.dumps(reconcile.run(sizes=sorted(sizes), database=database), indent=2))
+    print_report(reconcile.run(sizes=sorted(sizes), database=database))
 
 
 @click.command("dead-letter")
@@ -116,7 +115,7 @@ def bench_dead_letter(rows: int, item_kb: int, database: str | None, linger: flo
         with tqdm(total=rows, desc="rejected items", unit="item", leave=False) as bar:
             report = dead_letter.run(url, rows=rows, item_kb=item_kb, progress=bar.update)
     report["linger_s"] = SharedFile.linger_s if url.startswith("duckdb://") else None
-    click.echo(json.dumps(report, indent=2))
+    print_report(report)
 
 
 @click.command("usage-api")
@@ -131,4 +130,4 @@ def bench_usage_api(rt: Runtime, entities: int, n_requests: int, keep: bool) -> 
     entities, in a throw-away schema; print JSON."""
     from tally_pipeline.bench.usage_api import bench_usage_api as run
 
-    click.echo(json.dumps(run(rt.config.database, entities, requests=n_requests, keep=keep), indent=2))
+    print_report(run(rt.config.database, entities, requests=n_requests, keep=keep))

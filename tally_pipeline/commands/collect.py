@@ -8,6 +8,8 @@ from typing import Any
 
 import click
 
+from tally_pipeline.commands._bench_report import print_report
+
 TOKEN_ENV = "TALLY_COLLECTOR_TOKEN"
 PASSWORD_ENV = "TALLY_COLLECTOR_TRANSPORT_PASSWORD"
 
@@ -207,7 +209,6 @@ def bench_collect(messages: int, database: str, transport_url: str, batch_size: 
     """Notifications per second end to end (oslo.messaging Notifier -> collector -> tally serve on Postgres ->
     stored) against merely consuming and acknowledging the same messages from the same broker; the
     collector's memory over the run."""
-    import json
 
     from tqdm import tqdm
 
@@ -229,4 +230,4 @@ def bench_collect(messages: int, database: str, transport_url: str, batch_size: 
     finally:
         for bar in bars.values():
             bar.close()
-    click.echo(json.dumps(report, indent=2))
+    print_report(report)

@@ -8,6 +8,7 @@ from typing import Any
 
 import click
 
+from tally_pipeline.commands._bench_report import print_report
 from tally_pipeline.commands._options import with_runtime
 from tally_pipeline.core.timeutil import TimestampError, format_rfc3339, parse_rfc3339
 from tally_pipeline.redaction import redact
@@ -172,4 +173,4 @@ def bench_post_command(
         workers=workers,
         keep=keep,
     )
-    _echo(figures)
+    print_report(figures)

@@ -11,6 +11,7 @@ from typing import Any
 
 import click
 
+from tally_pipeline.commands._bench_report import print_report
 from tally_pipeline.commands._options import with_runtime
 from tally_pipeline.commands.openstack import openstack_adapter
 from tally_pipeline.core.timeutil import format_rfc3339, parse_rfc3339
@@ -160,4 +161,4 @@ def _ingest_creates(store: Any, records: list[Any]) -> None:
 def bench_audit_usage(servers: int, page_size: int) -> None:
     """Audit a day of a local fake OpenStack of N servers against an embedded ledger that agrees with it:
     seconds and pages of nova's usage API read."""
-    click.echo(json.dumps(bench(servers, page_size), indent=2))
+    print_report(bench(servers, page_size))

@@ -25,6 +25,8 @@ from typing import Any
 
 import click
 
+from tally_pipeline.commands._bench_report import print_report
+
 CHILD_FLAG = "--child"
 
 
@@ -142,7 +144,7 @@ def _current_rss_mb() -> float:
 def bench_openstack(servers: tuple[int, ...], page_size: int, drift: float) -> None:
     """List N servers from a local fake OpenStack through the adapter, then confirm the missing ones by id:
     items/s, confirmations/s and peak RSS."""
-    click.echo(json.dumps(run(list(servers), page_size=page_size, drift=drift), indent=2))
+    print_report(run(list(servers), page_size=page_size, drift=drift))
 
 
 if __name__ == "__main__" and len(sys.argv) == 3 and sys.argv[1] == CHILD_FLAG:

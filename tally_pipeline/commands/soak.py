@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-import json
-
 import click
+
+from tally_pipeline.commands._bench_report import print_report
 
 
 @click.command("soak")
@@ -38,7 +38,7 @@ def bench_soak(seconds: float, clients: int, database: str | None, batch_size: i
                           duplicates=duplicates, invalid=invalid, max_events=max_events, seed=seed)
     except (StoreError, ValueError) as exc:
         raise click.ClickException(str(exc)) from None
-    click.echo(json.dumps(report, indent=2))
+    print_report(report)
     if not report["ok"]:
         failed = ", ".join(name for name, ok in report["checks"].items() if not ok)
         raise click.ClickException(f"soak checks failed: {failed}")

@@ -16,7 +16,12 @@ from tally_pipeline.store import open_store
 def _bench(*args: str) -> dict:
     result = CliRunner().invoke(main, ["bench", *args])
     assert result.exit_code == 0, result.output
-    return json.loads(result.stdout)
+    report = json.loads(result.stdout)
+    # Every benchmark says how busy the machine was: the 1, 5 and 15 minute load before and after it ran.
+    load = report["load_average"]
+    assert len(load["before"]) == len(load["after"]) == 3 and load["cpus"] >= 1
+    assert all(value >= 0 for value in (*load["before"], *load["after"]))
+    return report
 
 
 @pytest.mark.parametrize("store_url", ["duckdb", "postgres"], indirect=True)

@@ -122,6 +122,7 @@ def text(report: dict[str, Any]) -> str:
         "",
         f"database:  {report['database']}   (events-only baseline: {report['events_only_database']})",
         f"picture:   {report['picture']}",
+        f"snapshot:  {report['snapshot']}   (the asset tables as Parquet, for analysts)",
         f"dagster:   {report['dagster_log']}   (every run's log; --verbose prints it too)",
         f"took {report['seconds']} s",
     ]

@@ -10,6 +10,8 @@ from pathlib import Path
 
 import pytest
 
+from tally_pipeline.store import open_store
+
 
 def demo(tmp_path: Path, name: str, *args: str) -> dict:
     directory = tmp_path / name
@@ -87,6 +89,11 @@ def test_without_loss_both_ledgers_are_exact(tmp_path) -> None:
     assert report["tenant"]["abs_error"] == {"events_only": 0.0, "reconciled": 0.0}
     assert report["tenant"]["worst"] == {"events_only": None, "reconciled": None}
     assert report["events"]["lost"] == 0
+    # One analyst snapshot, written at the end: it holds the ledger as the demo left it.
+    manifest = json.loads((Path(report["snapshot"]) / "_snapshot.json").read_text())
+    with open_store(f"duckdb://{report['database']}") as store:
+        posted = store.query("SELECT count(*) FROM ledger_postings")[0][0]
+    assert posted > 0 and manifest["rows"]["ledger_postings"] == posted
 
 
 @pytest.mark.slow

@@ -17,7 +17,7 @@ if TYPE_CHECKING:
     from tally_pipeline.services.reconciliation import SyncRun
 
 
-def _default(value):
+def _default(value: object) -> str:
     return format_rfc3339(value) if hasattr(value, "isoformat") else str(value)
 
 

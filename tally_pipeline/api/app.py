@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
-from typing import Any
+from typing import Any, NoReturn
 
 import anyio
 from starlette.applications import Starlette
@@ -56,6 +56,14 @@ from tally_pipeline.store.base import RejectedRow
 log = logging.getLogger("tally.api")
 
 Handler = Callable[[Request], Awaitable[Response]]
+
+
+async def _refuse_body(ctx: ApiContext, request: Request, principal: Principal, bad: BadBody, body: bytes) -> NoReturn:
+    """Answer 400 to a body refused whole, once it is in the dead letter and charged to the token."""
+    await _dead_letter_refused_body(ctx, request, bad, body)
+    _charge(ctx, principal, len(body))
+    ctx.metrics.count_request_rejected(bad.error)
+    raise ApiError(error(400, bad.error, bad.detail)) from None
 
 
 async def _dead_letter_refused_body(ctx: ApiContext, request: Request, bad: BadBody, body: bytes) -> None:
@@ -124,10 +132,7 @@ async def _read_json(ctx: ApiContext, request: Request, principal: Principal) ->
         # Parsing is CPU: in a worker thread, a bounded number at a time, never on the event loop.
         return await run_in_threadpool(_parse_bounded, ctx, body), body
     except BadBody as bad:
-        await _dead_letter_refused_body(ctx, request, bad, body)
-        _charge(ctx, principal, len(body))
-        ctx.metrics.count_request_rejected(bad.error)
-        raise ApiError(error(400, bad.error, bad.detail)) from None
+        await _refuse_body(ctx, request, principal, bad, body)
 
 
 def _parse_bounded(ctx: ApiContext, body: bytes) -> Any:
@@ -144,10 +149,7 @@ async def post_events(ctx: ApiContext, request: Request) -> Response:
     try:
         items = events_of(parsed)  # a look at the top level only: cheap
     except BadBody as bad:
-        await _dead_letter_refused_body(ctx, request, bad, body)
-        _charge(ctx, principal, len(body))
-        ctx.metrics.count_request_rejected(bad.error)
-        raise ApiError(error(400, bad.error, bad.detail)) from None
+        await _refuse_body(ctx, request, principal, bad, body)
     if len(items) > MAX_BATCH:
         ctx.metrics.count_request_rejected("batch_too_large")
         return error(413, "batch_too_large", f"{len(items)} events in one batch", max=MAX_BATCH)

@@ -4,8 +4,9 @@ The benchmark builds its own tables (a throw-away schema on Postgres, a temporar
 DuckDB), so it never touches the data of the database it is pointed at. Every entity is an
 instance meter (three per project) or a volume meter; every interval is open, so every cycle
 has a delta for every entity. Timed: the first cycle (opens every checkpoint), a steady cycle an
-hour later (the headline figure), and the naive one-transaction-per-entity poster another hour
-later over a spread sample of the same entities.
+hour later (the headline figure), the steady cycle's write floor (``store.ledger_floor``: writing its
+postings and checkpoints with nothing read or computed, in the same database), and the naive
+one-transaction-per-entity poster another hour later over a spread sample of the same entities.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from tally_pipeline.schemas import default_registry
 from tally_pipeline.services.ledger.poster import DEFAULT_BATCH_SIZE, DEFAULT_WORKERS, CycleResult, post_usage
 from tally_pipeline.services.ledger.verify import verify
 from tally_pipeline.store import Store, ledger_checkpoints
+from tally_pipeline.store.ledger_floor import measure_write_floor
 from tally_pipeline.store.scratch import scratch_store
 
 BASE = datetime(2026, 1, 1, tzinfo=UTC)
@@ -92,6 +94,7 @@ def _run(
 
     first, first_s = _timed(lambda: cycle(BASE))
     steady, steady_s = _timed(lambda: cycle(BASE + timedelta(hours=1)))
+    floor = measure_write_floor(store, steady.cycle_id)
     store.run(store.usage_sql().refresh_statistics)
     keys = [EntityKey(*key) for key in ledger_checkpoints.entity_keys(store)]
     sample_size = max(1, min(naive_sample, len(keys)))
@@ -114,6 +117,11 @@ def _run(
         "seconds": round(steady_s, 3),
         "entities_with_delta": len(steady.posted),
         "postings": steady.postings,
+        # What the steady cycle cannot do without: COPY its postings, one update of every checkpoint.
+        "floor_s": round(floor.seconds, 3),
+        "floor": {"postings": floor.postings, "postings_s": round(floor.postings_s, 3),
+                  "checkpoints": floor.checkpoints, "checkpoints_s": round(floor.checkpoints_s, 3)},
+        "ratio_to_floor": round(steady_s / floor.seconds, 2),
         "first_cycle_entities_per_s": round(made / first_s, 1),
         "first_cycle_postings": first.postings,
         "naive_entities_per_s": round(naive_rate, 1),

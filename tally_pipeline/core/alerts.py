@@ -69,6 +69,16 @@ class LatestCorrections:
 
 
 @dataclass(frozen=True)
+class UnrecordedFailure:
+    """A sync run that failed without recording its sync (the store could not be written when it ran):
+    known only to the orchestrator's own run records."""
+
+    cloud: str
+    poll_time: datetime  # the instant the run meant to poll at (its tick), else when it started
+    reason: str
+
+
+@dataclass(frozen=True)
 class Condition:
     """One alert's state: firing or not, with one line per affected cloud."""
 
@@ -133,13 +143,21 @@ def sync_stale(clouds: Iterable[str], last_success: Mapping[str, datetime], now:
     return Condition("TallySyncStale", bool(stale), tuple(sorted(stale)), message, stale)
 
 
-def sync_errors(last_runs: Iterable[LastRun], misconfigured: Mapping[str, str] | None = None) -> Condition:
+def sync_errors(last_runs: Iterable[LastRun], misconfigured: Mapping[str, str] | None = None,
+                unrecorded: Iterable[UnrecordedFailure] = ()) -> Condition:
     """TallySyncErrors: a cloud's latest sync failed, or listed some types only (partial: a listing
     failed, the credentials could not see every project, the mass-delete guard held deletes), or left
     something it could not reconcile or had to guess: deletes the platform did not confirm, items it
     could not read, resources booked after too long in transition. Each changes what is billed.
-    A cloud whose config entry is invalid (``misconfigured``: cloud -> reason) cannot sync at all."""
+    A cloud whose config entry is invalid (``misconfigured``: cloud -> reason) cannot sync at all. A sync
+    that failed after the cloud's latest recorded one without recording itself (``unrecorded``: the store
+    was unreadable then) is the cloud's latest sync: it fires until a later sync is recorded."""
     broken = {c: f"misconfigured: {reason}" for c, reason in (misconfigured or {}).items()}
+    last_runs = list(last_runs)
+    recorded = {r.cloud: r.poll_time for r in last_runs}
+    for failure in sorted(unrecorded, key=lambda f: f.poll_time):
+        if failure.cloud not in broken and (failure.cloud not in recorded or failure.poll_time > recorded[failure.cloud]):
+            broken[failure.cloud] = f"failed: {failure.reason}"
     for r in last_runs:
         if r.cloud in broken:
             continue

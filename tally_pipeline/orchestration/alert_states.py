@@ -15,8 +15,10 @@ from datetime import UTC, datetime
 
 import dagster as dg
 
-from tally_pipeline.core.alerts import Condition
+from tally_pipeline.core.alerts import Condition, UnrecordedFailure
+from tally_pipeline.core.timeutil import parse_rfc3339
 from tally_pipeline.orchestration.resources import StoreReads
+from tally_pipeline.orchestration.tags import CLOUD, POLL_TIME, SYNC_STATUS
 
 # alert key -> (asset the check sits on, check name, runbook)
 ALERTS = {
@@ -64,12 +66,34 @@ class CheckState:
         return [self.condition.firing, list(self.condition.clouds), list(self.unknown)]
 
 
-def states(db: StoreReads, keys: Sequence[str], now: datetime | None = None) -> list[CheckState]:
+def states(db: StoreReads, keys: Sequence[str], now: datetime | None = None,
+           unrecorded: Sequence[UnrecordedFailure] = ()) -> list[CheckState]:
     clouds = sorted(db.config.clouds)
-    conditions = db.alert_conditions(now or datetime.now(UTC))
+    conditions = db.alert_conditions(now or datetime.now(UTC), unrecorded)
     synced = db.clouds_ever_synced() if any(k in NEEDS_A_SYNC for k in keys) else set()
     return [CheckState(k, conditions[k], tuple(c for c in clouds if c not in synced) if k in NEEDS_A_SYNC else ())
             for k in keys]
+
+
+def unrecorded_sync_failures(instance: dg.DagsterInstance, limit: int = 100) -> list[UnrecordedFailure]:
+    """The latest reconciliation runs that failed with their sync, from Dagster's own run records.
+
+    A sync that fails because the store cannot be written cannot record itself, so once the store
+    answers again its latest recorded sync may be an older success: these runs are how sync_errors
+    still knows (core.alerts.sync_errors keeps those later than the cloud's latest recorded sync).
+    """
+    records = instance.get_run_records(
+        filters=dg.RunsFilter(statuses=[dg.DagsterRunStatus.FAILURE], tags={SYNC_STATUS: "failed"}), limit=limit)
+    failures = []
+    for record in records:
+        run = record.dagster_run
+        cloud = run.tags.get(CLOUD)
+        if cloud is None:
+            continue
+        tick = run.tags.get(POLL_TIME)
+        when = parse_rfc3339(tick) if tick else datetime.fromtimestamp(record.start_time or record.create_timestamp.timestamp(), UTC)
+        failures.append(UnrecordedFailure(cloud, when, f"run {run.run_id[:8]} failed and could not record its sync"))
+    return failures
 
 
 def check_metadata(state: CheckState) -> dict:

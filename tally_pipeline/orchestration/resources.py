@@ -10,7 +10,7 @@ the demo pass other objects with the same methods (a simulated platform, a simul
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import ExitStack, contextmanager
 from datetime import UTC, date, datetime
 from pathlib import Path
@@ -20,7 +20,7 @@ import dagster as dg
 from pydantic import Field, PrivateAttr
 
 from tally_pipeline.config import CONFIG_ENV, TallyConfig
-from tally_pipeline.core.alerts import Condition
+from tally_pipeline.core.alerts import Condition, UnrecordedFailure
 from tally_pipeline.orchestration.failures import UNREADABLE
 from tally_pipeline.orchestration.location import DATABASE_ENV, env_setting
 from tally_pipeline.runtime import Runtime
@@ -87,7 +87,7 @@ class StoreReads(Protocol):
     def projection_watermark(self) -> int: ...
     def live_by_cloud_and_type(self) -> list[tuple[str, str, int]]: ...
     def clouds_ever_synced(self) -> set[str]: ...
-    def alert_conditions(self, now: datetime) -> dict[str, Condition]: ...
+    def alert_conditions(self, now: datetime, unrecorded: Sequence[UnrecordedFailure] = ()) -> dict[str, Condition]: ...
     @property
     def config(self) -> TallyConfig: ...
 
@@ -184,11 +184,12 @@ class TallyStore(_RuntimeClient):
 
     # -- reads
 
-    def alert_conditions(self, now: datetime) -> dict[str, Condition]:
-        """Every alert's condition over the configured clouds at ``now``."""
+    def alert_conditions(self, now: datetime, unrecorded: Sequence[UnrecordedFailure] = ()) -> dict[str, Condition]:
+        """Every alert's condition over the configured clouds at ``now`` (``unrecorded``: sync runs that
+        failed without recording their sync)."""
         rt = self._rt()
         return alerts.evaluate(rt.store, sorted(rt.config.clouds), now, rt.config.alerts.rules(),
-                               rt.config.misconfigured_clouds, rt.config.alerts.clouds)
+                               rt.config.misconfigured_clouds, rt.config.alerts.clouds, unrecorded)
 
     def event_count(self) -> int:
         return self._rt().store.event_count()

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Collection, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from datetime import datetime
 from typing import Any
 
@@ -88,16 +88,17 @@ def ledger_skips(store: Store) -> list[rules.LedgerSkip]:
 
 
 def evaluate(store: Store, clouds: list[str], now: datetime, settings: rules.AlertSettings,
-             misconfigured: Mapping[str, str] | None = None, watched: Collection[str] = ()
-             ) -> dict[str, rules.Condition]:
+             misconfigured: Mapping[str, str] | None = None, watched: Collection[str] = (),
+             unrecorded: Iterable[rules.UnrecordedFailure] = ()) -> dict[str, rules.Condition]:
     """Every alert's state; ``clouds`` are the configured clouds, ``misconfigured`` (cloud -> reason) fires
     sync_errors for those clouds, ``watched`` the other clouds named in ``alerts.clouds`` (known too:
-    watched for silence and named on ``/metrics``)."""
+    watched for silence and named on ``/metrics``), ``unrecorded`` the sync runs that failed without
+    recording their sync (the orchestrator knows them; the store could not be written)."""
     runs = last_runs(store)
     return {
         "events_silent": rules.events_silent(activity(store), now, settings, frozenset(clouds) | frozenset(watched)),
         "sync_stale": rules.sync_stale(clouds, last_success(store), now, settings),
-        "sync_errors": rules.sync_errors(runs, misconfigured),
+        "sync_errors": rules.sync_errors(runs, misconfigured, unrecorded),
         "drift_high": rules.drift_high(runs, settings),
         "ledger_entities_skipped": rules.ledger_entities_skipped(ledger_skips(store)),
         "service_events_silent": rules.service_events_silent(latest_corrections(store), last_type_activity(store),

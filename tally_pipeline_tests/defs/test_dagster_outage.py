@@ -136,3 +136,28 @@ def test_ledger_checks_are_true_one_tick_after_the_outage(location, pg_url, post
     # and then it rests: the latest executions are verdicts
     again, _ = tick(location, "ledger_checks_sensor", instance, cursor)
     assert not again.asset_events
+
+
+def test_a_sync_that_failed_in_the_outage_keeps_sync_errors_red_until_a_later_sync_is_recorded(
+        location, pg_url, postgres_server) -> None:
+    instance = dg.DagsterInstance.ephemeral()
+    result, cursor = tick(location, "sync_errors_sensor", instance)
+    assert result.asset_events[0].passed  # the recorded sync of 5 minutes ago succeeded
+    with outage(postgres_server, pg_url):
+        failed = location.resolve_job_def("reconciliation").execute_in_process(
+            instance=instance, partition_key="c1", raise_on_error=False)
+        assert not failed.success
+        run = instance.get_run_by_id(failed.run_id)
+        assert run is not None and run.tags["tally/cloud"] == "c1" and run.tags["tally/sync_status"] == "failed"
+    # The store answers again and still holds the older success as the latest sync: Dagster's record of
+    # the failed run keeps the check red (it is the cloud's latest sync), not "every sync succeeded".
+    result, cursor = tick(location, "sync_errors_sensor", instance, cursor)
+    [evaluation] = result.asset_events
+    assert not evaluation.passed and evaluation.severity == dg.AssetCheckSeverity.ERROR
+    assert f"c1 failed: run {failed.run_id[:8]} failed and could not record its sync" in evaluation.description
+    # A later sync is recorded: the failure is history, the check is true again.
+    store = open_store(pg_url)
+    run_row(store, "c1", "succeeded", datetime.now(UTC))
+    store.close()
+    result, cursor = tick(location, "sync_errors_sensor", instance, cursor)
+    assert result.asset_events[0].passed

@@ -123,6 +123,13 @@ def test_bench_post_prints_the_figures(store_url) -> None:
     assert figures["entities"] == 30 and figures["entities_with_delta"] == 30 and figures["naive_sample"] == 6
     assert figures["naive_entities_with_delta"] == 6 and figures["verify_ok"] is True
     assert {"entities_per_s", "naive_entities_per_s", "speedup"} <= set(figures)
+    # The write floor wrote what the steady cycle wrote: its 30 postings and every one of the 30 checkpoints.
+    floor = figures["floor"]
+    assert floor["postings"] == figures["postings"] == 30 and floor["checkpoints"] == 30
+    assert figures["floor_s"] == pytest.approx(floor["postings_s"] + floor["checkpoints_s"], abs=0.002)
+    # seconds and floor_s are printed to the millisecond: the ratio lies within what their rounding allows
+    seconds, floor_s = figures["seconds"], figures["floor_s"]
+    assert (seconds - 5e-4) / (floor_s + 5e-4) <= figures["ratio_to_floor"] <= (seconds + 5e-4) / max(floor_s - 5e-4, 1e-9)
     if store_url.startswith("postgresql"):  # the benchmark's schema is gone
         store = open_store(store_url)
         assert store.query("SELECT count(*) FROM information_schema.schemata WHERE schema_name LIKE 'tally_bench_%'") == [(0,)]

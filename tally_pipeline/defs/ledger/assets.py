@@ -1,7 +1,7 @@
 """The delta poster as assets: audit the ledger (a blocking check gates posting), then post a cycle."""
 
 from collections.abc import Iterator
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import dagster as dg
 
@@ -12,9 +12,7 @@ from tally_pipeline.orchestration.projection_refresh import refresh_and_report
 from tally_pipeline.orchestration.resources import Clock, Ledger
 from tally_pipeline.orchestration.snapshot import write_analyst_snapshot
 from tally_pipeline.orchestration.tags import NOW, POOL
-
-if TYPE_CHECKING:
-    from tally_pipeline.services.ledger.verify import Verification
+from tally_pipeline.services.ledger.verify import Verification
 
 
 def ledger_balanced(result: Verification) -> dict[str, Any]:

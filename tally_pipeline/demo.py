@@ -111,8 +111,8 @@ class DemoRun:
     directory: Path
     sim: Simulation
     started: float
-    dagster_runs: Counter = field(default_factory=Counter)
-    events: Counter = field(default_factory=Counter)
+    dagster_runs: Counter[str] = field(default_factory=Counter)  # runs by what they were
+    events: Counter[str] = field(default_factory=Counter)  # stored, duplicates, rejected
     samples: list[Sample] = field(default_factory=list)
     final_clamp: datetime | None = None
     baseline: Sample | None = None

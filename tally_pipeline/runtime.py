@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from datetime import datetime
 from functools import cached_property
-from typing import Any
+from typing import TYPE_CHECKING
 
 from tally_pipeline.config import MisconfiguredCloud, TallyConfig, UnknownCloud, load_config
 from tally_pipeline.core.registry import SizeSchemaRegistry
@@ -13,12 +13,16 @@ from tally_pipeline.schemas import default_registry, load_registry
 from tally_pipeline.services.ingest import Ingestor
 from tally_pipeline.store import Store, open_store
 
+if TYPE_CHECKING:
+    from tally_pipeline.adapters.base import PlatformAdapter
+    from tally_pipeline.services.reconciliation import SyncRun
+
 
 @dataclass
 class Runtime:
     config: TallyConfig
     _store: Store | None = field(default=None, repr=False)
-    _adapters: dict[str, Any] = field(default_factory=dict, repr=False)
+    _adapters: dict[str, PlatformAdapter] = field(default_factory=dict, repr=False)
 
     @classmethod
     def load(cls, config_path: str | None = None, *, database: str | None = None,
@@ -51,7 +55,7 @@ class Runtime:
             known = ", ".join(sorted(self.config.clouds)) or "none configured"
             raise UnknownCloud(f"cloud {cloud!r} is not in the configuration's clouds ({known})")
 
-    def adapter(self, cloud: str) -> Any:
+    def adapter(self, cloud: str) -> PlatformAdapter:
         """The platform adapter for a configured cloud (built once per runtime)."""
         self.check_cloud(cloud)
         if cloud not in self._adapters:
@@ -61,7 +65,7 @@ class Runtime:
         return self._adapters[cloud]
 
     def sync(self, cloud: str, *, now: datetime | None = None, run_key: str | None = None,
-             run_id: str | None = None, adapter: Any = None) -> Any:
+             run_id: str | None = None, adapter: PlatformAdapter | None = None) -> SyncRun:
         """One reconciliation run of a configured cloud with the configured settings, against ``adapter``
         (default: the cloud's own; the demo passes a simulated one). See
         ``tally_pipeline.services.reconciliation.run_sync``."""

@@ -11,12 +11,16 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Sequence
 from datetime import datetime
+from typing import TYPE_CHECKING
 
 from tally_pipeline.adapters.base import AdapterError, Confirmation, DeletedListing, DeletedResource, ListedResource
 from tally_pipeline.core.timeutil import to_utc
 from tally_pipeline.core.transitions import in_transition, never_ran
 from tally_pipeline.sim.platform import PlatformRecord, PlatformView, in_down_cell
 from tally_pipeline.sim.spec import SIMULATED_TYPES
+
+if TYPE_CHECKING:
+    from tally_pipeline.config import SimulatedCloud
 
 
 class SimulatedAdapter:
@@ -111,7 +115,7 @@ class SimulatedAdapter:
         return out
 
 
-def simulated_adapter(cloud_name: str, config, *, platform: PlatformView | None = None,
+def simulated_adapter(cloud_name: str, config: SimulatedCloud, *, platform: PlatformView | None = None,
                       now: datetime | None = None) -> SimulatedAdapter:
     """An adapter for a ``provider: simulated`` config entry.
 

@@ -10,7 +10,7 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import orjson
 from starlette.requests import Request
@@ -23,6 +23,9 @@ from tally_pipeline.core.errors import TallyError
 from tally_pipeline.core.timeutil import TimestampError, format_rfc3339, parse_rfc3339
 from tally_pipeline.services.ingest import Ingestor
 from tally_pipeline.store.base import Store
+
+if TYPE_CHECKING:
+    from tally_pipeline.services.reconciliation_launch import SyncLauncher
 
 DEFAULT_MAX_BODY = 5 * 1024 * 1024
 
@@ -65,7 +68,7 @@ class ApiContext:
     metrics: ApiMetrics = field(default_factory=ApiMetrics)
     runtime: Any = None  # the Runtime, for calls that need the configuration (a sync)
     dead_letter_quota: DeadLetterQuota | None = None  # None: from the runtime's configuration (or the default)
-    syncs: Any = None  # the SyncLauncher of POST /internal/sync/{cloud}; None: built from the runtime when first used
+    syncs: SyncLauncher | None = None  # the SyncLauncher of POST /internal/sync/{cloud}; None: built from the runtime when first used
     parse_workers: int = 2  # bodies parsed at once, each in a worker thread (the rest wait their turn there)
     clock: Callable[[], datetime] = field(default=lambda: datetime.now(UTC))  # "now" of the usage readings
     parse_slots: threading.BoundedSemaphore = field(init=False, repr=False)

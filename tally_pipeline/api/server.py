@@ -8,9 +8,10 @@ from typing import Any
 
 from starlette.applications import Starlette
 
-from tally_pipeline.api.app import ApiContext, create_app
+from tally_pipeline.api.app import create_app
 from tally_pipeline.api.auth import TokenBook, is_loopback
 from tally_pipeline.api.connections import BoundedHttpProtocol, ConnectionLimits
+from tally_pipeline.api.http import ApiContext
 from tally_pipeline.config import ApiSettings
 from tally_pipeline.core.errors import TallyError
 from tally_pipeline.runtime import Runtime

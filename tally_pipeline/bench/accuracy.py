@@ -41,7 +41,7 @@ class Drive:
     settle_window: float
     mass_delete_guard: float
     runs: list[SyncRun] = field(default_factory=list)
-    ingested: Counter = field(default_factory=Counter)
+    ingested: Counter[str] = field(default_factory=Counter)
 
 
 def drive(sim: Simulation, *, interval: timedelta = timedelta(minutes=10), settle_window: float = 300.0,

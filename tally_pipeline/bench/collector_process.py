@@ -96,7 +96,8 @@ class CollectorProcess:
     def health(self) -> dict[str, Any] | None:
         """``/healthz``'s JSON (whatever its status code), or None while nothing answers."""
         try:
-            return httpx.get(f"{self.url}/healthz", timeout=2.0).json()
+            health: dict[str, Any] = httpx.get(f"{self.url}/healthz", timeout=2.0).json()
+            return health
         except (httpx.HTTPError, ValueError):
             return None
 

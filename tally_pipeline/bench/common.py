@@ -20,7 +20,8 @@ def peak_rss_mb() -> float:
 def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+        port: int = s.getsockname()[1]
+        return port
 
 
 def percentile(values: list[float], share: float) -> float:

@@ -25,7 +25,8 @@ from typing import Any
 
 from starlette.testclient import TestClient
 
-from tally_pipeline.api.app import ApiContext, create_app
+from tally_pipeline.api.app import create_app
+from tally_pipeline.api.http import ApiContext
 from tally_pipeline.bench.common import percentile
 from tally_pipeline.schemas import default_registry
 from tally_pipeline.services.ingest import Ingestor

@@ -698,11 +698,13 @@ class DiskBuffer:
 
     def count(self) -> int:
         with self._lock:
-            return self._con.execute("SELECT events FROM totals WHERE id = 1").fetchone()[0]
+            events: int = self._con.execute("SELECT events FROM totals WHERE id = 1").fetchone()[0]
+            return events
 
     def unclaimed(self) -> int:
         with self._lock:
-            return self._con.execute("SELECT count(*) FROM buffered WHERE claimed_by IS NULL").fetchone()[0]
+            unclaimed: int = self._con.execute("SELECT count(*) FROM buffered WHERE claimed_by IS NULL").fetchone()[0]
+            return unclaimed
 
     def items(self) -> list[BufferedItem]:
         with self._read() as con:
@@ -753,6 +755,7 @@ class DiskBuffer:
         where, params = "WHERE origin <> 'bus'", []
         if reason is not None:
             where, params = where + " AND reason = ?", [reason]
+        moving: int
         with self._write() as con:
             moving, added = con.execute(
                 f"SELECT count(*), coalesce(sum(length(CAST(body AS BLOB))), 0) FROM rejected {where}", params

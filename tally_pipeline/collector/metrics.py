@@ -16,6 +16,7 @@ from collections.abc import Callable, Iterable, Iterator
 from socketserver import ThreadingMixIn
 from typing import Any
 from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
+from wsgiref.types import WSGIApplication
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, make_wsgi_app
 from prometheus_client.core import GaugeMetricFamily
@@ -170,7 +171,8 @@ class MetricsServer:
 
     def __init__(self, metrics: CollectorMetrics, health: Callable[[], tuple[bool, dict[str, Any]]],
                  host: str, port: int, live: Callable[[], bool] | None = None):
-        self._metrics_app = make_wsgi_app(metrics.registry)
+        # make_wsgi_app is annotated as returning a bare Callable; what it returns is a WSGI application.
+        self._metrics_app: WSGIApplication = make_wsgi_app(metrics.registry)
         self._health = health
         self._live = live or (lambda: health()[0])
         self._server = make_server(host, port, self._app, server_class=_ThreadingServer, handler_class=_QuietHandler)

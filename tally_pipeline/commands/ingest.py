@@ -29,7 +29,7 @@ def ingest(rt: Runtime, files: tuple[Path, ...], as_json: bool, quiet: bool) -> 
         raise SystemExit(1)
 
 
-def _ingest_files(rt: Runtime, files: tuple[Path, ...], as_json: bool, quiet: bool, summaries: list) -> None:
+def _ingest_files(rt: Runtime, files: tuple[Path, ...], as_json: bool, quiet: bool, summaries: list[FileSummary]) -> None:
     for path in files:
         with tqdm(
             total=path.stat().st_size, unit="B", unit_scale=True, desc=path.name,

@@ -15,7 +15,7 @@ from tally_pipeline.redaction import redact
 from tally_pipeline.runtime import Runtime
 
 
-class _Instant(click.ParamType):
+class _Instant(click.ParamType[datetime]):
     name = "RFC3339"
 
     def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> datetime:
@@ -27,7 +27,7 @@ class _Instant(click.ParamType):
             self.fail(str(exc), param, ctx)
 
 
-class _Day(click.ParamType):
+class _Day(click.ParamType[date]):
     name = "YYYY-MM-DD"
 
     def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> date:

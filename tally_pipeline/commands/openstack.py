@@ -17,6 +17,7 @@ from tally_pipeline.services.errors import UnknownCloud
 
 if TYPE_CHECKING:
     from tally_pipeline.adapters.openstack import OpenStackAdapter
+    from tally_pipeline.adapters.openstack_check import CloudCheck
 
 
 @click.command("check")
@@ -132,7 +133,7 @@ def _age(seconds: float) -> str:
     return f"{seconds / 3600:.1f} h"
 
 
-def _print(result, latest) -> None:
+def _print(result: CloudCheck, latest: dict[str, Any] | None) -> None:
     if result.credentials is None:
         click.echo(f"{result.cloud}: no token: {result.error}")
         return

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from datetime import datetime
 from typing import TYPE_CHECKING
 
 import click
@@ -17,8 +18,8 @@ if TYPE_CHECKING:
     from tally_pipeline.services.reconciliation import SyncRun
 
 
-def _default(value):
-    return format_rfc3339(value) if hasattr(value, "isoformat") else str(value)
+def _default(value: object) -> str:
+    return format_rfc3339(value) if isinstance(value, datetime) else str(value)
 
 
 #: What each count of a run means, printed under the numbers (docs/reconciliation.md has the rules).

@@ -15,7 +15,7 @@ from tally_pipeline.core.timeutil import TimestampError, format_rfc3339, parse_r
 from tally_pipeline.runtime import Runtime
 
 
-class _Month(click.ParamType):
+class _Month(click.ParamType[date]):
     name = "YYYY-MM"
 
     def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> date:

@@ -391,10 +391,10 @@ class FakeOpenStack:
             return self
         self._stopping.clear()
         self._released.clear()
-        from tally_pipeline.fakes.openstack_http import Handler
+        from tally_pipeline.fakes.openstack_http import FakeServer, Handler
 
-        httpd = ThreadingHTTPServer(("127.0.0.1", self.requested_port), Handler)
-        httpd.fake = self  # type: ignore[attr-defined]
+        httpd = FakeServer(("127.0.0.1", self.requested_port), Handler)
+        httpd.fake = self
         self._httpd = httpd
         self._thread = threading.Thread(target=httpd.serve_forever, kwargs={"poll_interval": 0.05},
                                         name="fake-openstack", daemon=True)

@@ -12,7 +12,7 @@ import secrets
 import urllib.parse
 from collections.abc import Callable, Sequence
 from datetime import UTC, datetime, timedelta
-from http.server import BaseHTTPRequestHandler
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import TYPE_CHECKING, Any
 
 from tally_pipeline.fakes import openstack_json as render
@@ -34,14 +34,21 @@ class _Reply(Exception):
         self.headers = headers or {}
 
 
+class FakeServer(ThreadingHTTPServer):
+    """The fake's HTTP server: its handlers reach the fake through it."""
+
+    fake: FakeOpenStack
+
+
 class Handler(BaseHTTPRequestHandler):
+    server: FakeServer
     protocol_version = "HTTP/1.1"  # keep-alive, as a real API endpoint
     server_version = "FakeOpenStack/1"
     timeout = 60  # an idle keep-alive connection is dropped after this
 
     @property
     def fake(self) -> FakeOpenStack:
-        return self.server.fake  # type: ignore[attr-defined]
+        return self.server.fake
 
     def setup(self) -> None:
         super().setup()

@@ -12,6 +12,7 @@ for ``sync_errors``, ``drift_high`` and ``service_events_silent``: a WARN failur
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from typing import Any
 
 import dagster as dg
 
@@ -62,7 +63,7 @@ class CheckState:
     def label(self) -> str:
         return "FIRING" if self.condition.firing else ("UNKNOWN" if self.unknown else "ok")
 
-    def fingerprint(self) -> list:
+    def fingerprint(self) -> list[object]:
         return [self.condition.firing, list(self.condition.clouds), list(self.unknown)]
 
 
@@ -96,7 +97,7 @@ def unrecorded_sync_failures(instance: dg.DagsterInstance, limit: int = 100) -> 
     return failures
 
 
-def check_metadata(state: CheckState) -> dict:
+def check_metadata(state: CheckState) -> dict[str, Any]:
     condition = state.condition
     return {"alert": condition.alert, "state": state.label, "clouds": ", ".join(condition.clouds) or "none",
             "never_synced": ", ".join(state.unknown) or "none", "message": state.message,

@@ -51,10 +51,11 @@ class DagsterSyncExecutor:
 
     def submit(self, cloud: str, run_id: str) -> str:
         """The Dagster run's id; raises (dagster-graphql's error) when the webserver refuses or cannot be reached."""
-        return self.client().submit_job_execution(
+        run: str = self.client().submit_job_execution(  # dagster-graphql's client is untyped
             self.settings.job, repository_location_name=self.settings.location,
             repository_name=self.settings.repository, tags=self.tags(cloud, run_id),
         )
+        return run
 
     def ended_without_record(self, request: SyncRequest) -> str | None:
         """A reserved run whose Dagster run ended (failed or canceled before the sync began, e.g. in the

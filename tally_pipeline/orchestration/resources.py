@@ -14,7 +14,7 @@ from collections.abc import Iterator, Sequence
 from contextlib import ExitStack, contextmanager
 from datetime import UTC, date, datetime
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import dagster as dg
 from pydantic import Field, PrivateAttr
@@ -30,8 +30,18 @@ from tally_pipeline.services.landing import FileSummary, ingest_file
 from tally_pipeline.store import asset_reads
 from tally_pipeline.store.base import RejectedEntry
 
+if TYPE_CHECKING:
+    from tally_pipeline.adapters.base import PlatformAdapter
+    from tally_pipeline.services.ledger.daily import DailyResult
+    from tally_pipeline.services.ledger.poster import CycleResult
+    from tally_pipeline.services.ledger.verify import Verification
+    from tally_pipeline.services.reconciliation import SyncRun
+    from tally_pipeline.services.statements import MonthOutcome
+    from tally_pipeline.services.usage_audit import AuditRun
+    from tally_pipeline.store.snapshot import Snapshot
 
-class _RuntimeClient(dg.ConfigurableResource):
+
+class _RuntimeClient(dg.ConfigurableResource["_RuntimeClient"]):
     """A resource whose client is a Runtime built from its config file (and database)."""
 
     config_path: str | None = Field(default=None, description="tally config file (YAML); default $TALLY_CONFIG")
@@ -140,7 +150,8 @@ class TallyStore(_RuntimeClient):
         """Fold the events stored since the last refresh into the projection tables."""
         return projection.refresh(self._rt().store)
 
-    def sync(self, cloud: str, adapter: Any, *, now: datetime, run_key: str, run_id: str | None = None) -> Any:
+    def sync(self, cloud: str, adapter: PlatformAdapter, *, now: datetime, run_key: str,
+             run_id: str | None = None) -> SyncRun:
         """One reconciliation run of ``cloud`` against its platform ``adapter``, with the configured settings
         (``run_id``: a run the API reserved and asked Dagster to execute)."""
         from tally_pipeline.store.sync_runs import run_row
@@ -150,7 +161,7 @@ class TallyStore(_RuntimeClient):
             run_id = None  # a re-execution of a finished run (its tags copied): a sync of its own, not a rewrite
         return rt.sync(cloud, now=now, run_key=run_key, run_id=run_id, adapter=adapter)
 
-    def recompute_usage_daily(self, first: date, last: date, *, through: datetime) -> Any:
+    def recompute_usage_daily(self, first: date, last: date, *, through: datetime) -> DailyResult:
         from tally_pipeline.services.ledger.daily import recompute_usage_daily
 
         rt = self._rt()
@@ -161,7 +172,7 @@ class TallyStore(_RuntimeClient):
         rt = self._rt()
         return purge_dead_letter(rt.store, rt.config.dead_letter.retention_days, now)
 
-    def write_analyst_snapshot(self) -> Any | None:
+    def write_analyst_snapshot(self) -> Snapshot | None:
         """The Parquet snapshot for analysts, when the store is DuckDB and snapshots are on (else None)."""
         from tally_pipeline.store.snapshot import takes_snapshots, write_snapshot
 
@@ -239,14 +250,14 @@ class Ledger(TallyStore):
     def _database(self) -> str | None:
         return self.ledger_database or self.database
 
-    def post(self, now: datetime) -> Any:
+    def post(self, now: datetime) -> CycleResult:
         from tally_pipeline.services.ledger.poster import post_usage
 
         rt = self._rt()
         settings = rt.config.ledger
         return post_usage(rt.store, rt.registry, now=now, ingest_lag=settings.ingest_lag, window_days=settings.window_days)
 
-    def verify(self) -> Any:
+    def verify(self) -> Verification:
         from tally_pipeline.services.ledger.verify import verify
 
         rt = self._rt()
@@ -258,7 +269,7 @@ class Ledger(TallyStore):
 
         return clouds_to_state(self._rt().store)
 
-    def close_month(self, cloud: str, month: date, now: datetime) -> Any:
+    def close_month(self, cloud: str, month: date, now: datetime) -> MonthOutcome:
         """State (or re-state) ``month`` of ``cloud`` if it is closed at ``now``; else say why it waits."""
         from tally_pipeline.services.statements import close_month
 
@@ -266,7 +277,8 @@ class Ledger(TallyStore):
         return close_month(rt.store, rt.registry, cloud=cloud, month=month, now=now,
                            ingest_lag=rt.config.ledger.ingest_lag)
 
-    def audit_usage(self, cloud: str, adapter: Any, start: datetime, end: datetime, *, now: datetime) -> Any:
+    def audit_usage(self, cloud: str, adapter: PlatformAdapter, start: datetime, end: datetime, *,
+                    now: datetime) -> AuditRun:
         """The usage audit of ``cloud`` over ``[start, end)`` against its platform's own usage, kept in
         ``usage_audits`` (``services/usage_audit.py``)."""
         from tally_pipeline.services.usage_audit import audit_usage
@@ -278,14 +290,14 @@ class Ledger(TallyStore):
 class AdapterSource(Protocol):
     """Gives the platform adapter of a cloud."""
 
-    def adapter(self, cloud: str) -> Any: ...
+    def adapter(self, cloud: str) -> PlatformAdapter: ...
 
 
 class PlatformAdapters(_RuntimeClient):
     """Each configured cloud's platform adapter (openstacksdk, simulated, …), from the config file; the
     adapters' connections close with the step."""
 
-    def adapter(self, cloud: str) -> Any:
+    def adapter(self, cloud: str) -> PlatformAdapter:
         return self._rt().adapter(cloud)
 
 
@@ -293,7 +305,7 @@ class Clock(Protocol):
     def now(self) -> datetime: ...
 
 
-class WallClock(dg.ConfigurableResource):
+class WallClock(dg.ConfigurableResource["WallClock"]):
     """The real time. The demo swaps in a simulated clock."""
 
     def now(self) -> datetime:

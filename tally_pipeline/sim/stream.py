@@ -58,7 +58,8 @@ class Delivery:
 
     @property
     def cloud(self) -> str:
-        return self.event["cloud"]
+        cloud: str = self.event["cloud"]
+        return cloud
 
 
 @dataclass(frozen=True)

@@ -1,5 +1,8 @@
 """Ingest as the UI sees it: the event log and the dead letter (the landing-file batches: batches.py)."""
 
+from collections.abc import Iterator
+from typing import Any
+
 import dagster as dg
 
 from tally_pipeline.orchestration.alert_states import report
@@ -37,7 +40,7 @@ from tally_pipeline.orchestration.tags import POOL
     ],
     pool=POOL,  # it opens the database (an embedded file: one process at a time)
 )
-def event_log(context: dg.AssetExecutionContext, store: TallyStore):
+def event_log(context: dg.AssetExecutionContext, store: TallyStore) -> Iterator[dg.MaterializeResult[Any]]:
     with cause_first():  # the run failure leads with the cause (orchestration/failures.py)
         snapshot = write_analyst_snapshot(context, store)  # what it records (the API's writes) reaches analysts
         yield dg.MaterializeResult(asset_key="event_log", metadata={**event_log_metadata(store), **snapshot})
@@ -52,7 +55,7 @@ def event_log(context: dg.AssetExecutionContext, store: TallyStore):
     description="The dead letter (table rejected_events): every refused item or body, with its reason and raw form.",
     pool=POOL,
 )
-def dead_letter(context: dg.AssetExecutionContext, store: TallyStore) -> dg.MaterializeResult:
+def dead_letter(context: dg.AssetExecutionContext, store: TallyStore) -> dg.MaterializeResult[Any]:
     with cause_first():  # the run failure leads with the cause (orchestration/failures.py)
         snapshot = write_analyst_snapshot(context, store)
         return dg.MaterializeResult(metadata={**dead_letter_metadata(store), **snapshot})

@@ -39,7 +39,7 @@ def _api_writes(context: dg.SensorEvaluationContext, store: TallyStore) -> dg.Se
         return dg.SkipReason(f"nothing new: {events} events, {rejected} rejected")
     before = [int(n) for n in context.cursor.split(":")] if context.cursor else [-1, -1]
     context.update_cursor(cursor)
-    written: list = []
+    written: list[dg.AssetMaterialization | dg.AssetCheckEvaluation] = []
     # A sync or a landing run already records its own writes; record only a count nobody recorded, so
     # the API is not credited with them and automation does not start a projection run for writes the
     # projection already folded.

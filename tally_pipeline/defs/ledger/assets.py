@@ -1,5 +1,6 @@
 """The delta poster as assets: audit the ledger (a blocking check gates posting), then post a cycle."""
 
+from collections.abc import Iterator
 from typing import Any
 
 import dagster as dg
@@ -11,9 +12,10 @@ from tally_pipeline.orchestration.projection_refresh import refresh_and_report
 from tally_pipeline.orchestration.resources import Clock, Ledger
 from tally_pipeline.orchestration.snapshot import write_analyst_snapshot
 from tally_pipeline.orchestration.tags import NOW, POOL
+from tally_pipeline.services.ledger.verify import Verification
 
 
-def ledger_balanced(result: Any) -> dict[str, Any]:
+def ledger_balanced(result: Verification) -> dict[str, Any]:
     """The ledger_balanced check's verdict over a verification (the audit's rules live in ledger/verify.py)."""
     audit = result.audit()
     return {
@@ -30,7 +32,7 @@ def ledger_balanced(result: Any) -> dict[str, Any]:
     }
 
 
-def postings_match_usage(result: Any) -> dict[str, Any]:
+def postings_match_usage(result: Verification) -> dict[str, Any]:
     """The postings_match_usage check's verdict over a verification: no orphan or mismatched postings."""
     broken = [d for d in result.discrepancies if d.kind in ("orphan_postings", "ledger_mismatch")]
     return {"passed": not broken, "metadata": {"entities": result.entities, "discrepancies": len(broken)}}
@@ -45,7 +47,7 @@ def postings_match_usage(result: Any) -> dict[str, Any]:
     description="Verifies the ledger before a posting cycle; its blocking check stops the cycle if postings do not add up.",
     pool=POOL,
 )
-def ledger_audit(context: dg.AssetExecutionContext, ledger: Ledger):
+def ledger_audit(context: dg.AssetExecutionContext, ledger: Ledger) -> Iterator[dg.MaterializeResult[Any] | dg.AssetCheckResult]:
     with cause_first():  # the run failure leads with the cause (orchestration/failures.py)
         result = ledger.verify()
         audit = result.audit()  # the verdict's rules live in ledger/verify.py
@@ -81,7 +83,8 @@ def ledger_audit(context: dg.AssetExecutionContext, ledger: Ledger):
                                    description="After the cycle, postings equal usage through every checkpoint.")],
     pool=POOL,
 )
-def delta_posting_cycle(context: dg.AssetExecutionContext, ledger: Ledger, clock: dg.ResourceParam[Clock]):
+def delta_posting_cycle(context: dg.AssetExecutionContext, ledger: Ledger, clock: dg.ResourceParam[Clock]
+                        ) -> Iterator[dg.MaterializeResult[Any] | dg.AssetCheckResult]:
     """One checkpoint-delta cycle at now: post usage through now − ingest_lag minus each checkpoint."""
     with cause_first():  # the run failure leads with the cause (orchestration/failures.py)
         tags = context.run.tags

@@ -6,6 +6,7 @@ import hashlib
 import re
 from collections.abc import Mapping
 from datetime import timedelta
+from typing import Any
 
 import dagster as dg
 
@@ -40,7 +41,7 @@ def _audit_check(cloud: str) -> dg.AssetChecksDefinition:
             run = ledger.audit_usage(cloud, adapters.adapter(cloud), end - timedelta(hours=settings.window_hours),
                                      end, now=now)
             result = run.result
-            metadata = {"cloud": cloud, "status": run.status, "window_start": format_rfc3339(run.window_start),
+            metadata: dict[str, Any] = {"cloud": cloud, "status": run.status, "window_start": format_rfc3339(run.window_start),
                         "window_end": format_rfc3339(run.window_end), "api_calls": run.api_calls,
                         "seconds": round(run.seconds, 3), "audit_id": run.audit_id, "runbook": RUNBOOK}
             if result is None:

@@ -1,5 +1,8 @@
 """The projections as assets: folded from the event log, kept fresh by declarative automation."""
 
+from collections.abc import Iterator
+from typing import Any
+
 import dagster as dg
 
 from tally_pipeline.orchestration.conditions import FOLLOWS_EVENTS
@@ -30,7 +33,7 @@ from tally_pipeline.orchestration.tags import POOL
     ],
     pool=POOL,
 )
-def resource_projection(context: dg.AssetExecutionContext, store: TallyStore):
+def resource_projection(context: dg.AssetExecutionContext, store: TallyStore) -> Iterator[dg.MaterializeResult[Any]]:
     """Re-fold the resources touched since the last refresh (a late event re-folds its resource's history)."""
     with cause_first():  # the run failure leads with the cause (orchestration/failures.py)
         result = store.refresh_projection()

@@ -3,8 +3,9 @@ schedule and follow-ups. They are built from the cloud list, by ``definitions.py
 the code location (the clouds are the config file's unless the location names them).
 """
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from datetime import UTC, datetime
+from typing import Any
 
 import dagster as dg
 
@@ -22,14 +23,14 @@ from tally_pipeline.orchestration.table_metadata import cloud_activity_metadata,
 from tally_pipeline.orchestration.tags import CLOUD, POLL_TIME, POOL, RUN_KEY, SYNC_RUN_ID, SYNC_STATUS
 
 
-def worst(statuses) -> str:
+def worst(statuses: Iterable[str]) -> str:
     """The run's sync outcome over its clouds: failed, else partial, else succeeded."""
     found = set(statuses)
     return next((s for s in ("failed", "partial") if s in found), "succeeded")
 
 
 def reconcile_partitions(context: dg.AssetExecutionContext, store: TallyStore, adapters: AdapterSource, clock: Clock,
-                         clouds: Sequence[str]) -> Iterator[dg.AssetObservation | dg.MaterializeResult]:
+                         clouds: Sequence[str]) -> Iterator[dg.AssetObservation | dg.MaterializeResult[Any]]:
     """The body of the ``sync_runs`` asset: one reconciliation per cloud partition of the run, recorded as
     the two assets' metadata; a failed cloud fails the run, a partial one fails it after recording
     what was reconciled (docs/operations.md, "Partial syncs"). ``clouds``: the location's clouds."""
@@ -157,7 +158,7 @@ def reconciliation_defs(clouds: list[str]) -> dg.Definitions:
         pool=POOL,
     )
     def sync_runs(context: dg.AssetExecutionContext, store: TallyStore, adapters: dg.ResourceParam[AdapterSource],
-                  clock: dg.ResourceParam[Clock]):
+                  clock: dg.ResourceParam[Clock]) -> Iterator[dg.AssetObservation | dg.MaterializeResult[Any]]:
         try:
             with cause_first():  # a database that refuses us says why, first
                 yield from reconcile_partitions(context, store, adapters, clock, clouds)
@@ -176,15 +177,16 @@ def reconciliation_defs(clouds: list[str]) -> dg.Definitions:
     @dg.schedule(job=job, cron_schedule="*/10 * * * *", execution_timezone="UTC",
                  default_status=dg.DefaultScheduleStatus.RUNNING,
                  description="Every 10 minutes, one reconciliation run per configured cloud.")
-    def reconciliation_schedule(context: dg.ScheduleEvaluationContext):
+    def reconciliation_schedule(context: dg.ScheduleEvaluationContext) -> list[dg.RunRequest]:
         return reconciliation_requests(clouds, context.scheduled_execution_time)
 
     @dg.sensor(job=job, minimum_interval_seconds=30, default_status=dg.DefaultSensorStatus.RUNNING,
                description="Starts a follow-up sync for a cloud as soon as its deferrals' settle window has passed.")
-    def settle_window_sensor(context: dg.SensorEvaluationContext, store: TallyStore):
+    def settle_window_sensor(context: dg.SensorEvaluationContext, store: TallyStore
+                             ) -> list[dg.RunRequest] | dg.SkipReason:
         return outage_guarded(context, "settle_window_sensor", lambda: _follow_ups(context, store))
 
-    def _follow_ups(context: dg.SensorEvaluationContext, store: TallyStore):
+    def _follow_ups(context: dg.SensorEvaluationContext, store: TallyStore) -> list[dg.RunRequest] | dg.SkipReason:
         changed = config_changes(store.config, clouds)
         if (changed or "") != (context.cursor or ""):  # say it once per change: only a reload applies it
             if changed:

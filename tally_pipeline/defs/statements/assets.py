@@ -5,7 +5,9 @@ Built by ``definitions.py`` when the code location loads: its partitions start a
 config's ``first_day``. The rules are ``core/statements.py``; the Ledger resource runs them.
 """
 
+from collections.abc import Iterator
 from datetime import UTC, datetime
+from typing import Any
 
 import dagster as dg
 
@@ -36,7 +38,8 @@ def usage_statements_asset(partitions: dg.MonthlyPartitionsDefinition) -> dg.Ass
             "A month still waiting in some cloud is not materialized; the run says why (an observation, the log)."
         ),
     )
-    def usage_statements(context: dg.AssetExecutionContext, ledger: Ledger, clock: dg.ResourceParam[Clock]):
+    def usage_statements(context: dg.AssetExecutionContext, ledger: Ledger,
+                         clock: dg.ResourceParam[Clock]) -> Iterator[dg.MaterializeResult[Any]]:
         with cause_first():  # the run failure leads with the cause (orchestration/failures.py)
             tags = context.run.tags
             now = parse_rfc3339(tags[NOW]) if NOW in tags else to_utc(clock.now())
@@ -97,7 +100,7 @@ def statements_defs(partitions: dg.MonthlyPartitionsDefinition) -> dg.Definition
                  default_status=dg.DefaultScheduleStatus.RUNNING,
                  description="Each night at 02:00 UTC: state the month just ended once it is closed, and re-state "
                              "the month before with any late usage it received.")
-    def usage_statements_schedule(context: dg.ScheduleEvaluationContext):
+    def usage_statements_schedule(context: dg.ScheduleEvaluationContext) -> Iterator[dg.RunRequest]:
         tick = to_utc(context.scheduled_execution_time)
         for key in months_to_state(tick, partitions):
             # one run per month and night: a month still waiting is asked again the next night

@@ -21,7 +21,10 @@ dated, in this order of preference (``date``):
 A lifecycle reconciliation opens has a past too (``history``): it starts at the launch — the
 create action's end when an action since reset nova's ``launched_at`` (a resize, an unshelve, a
 rebuild) — as ``active``, and each later action moves it as nova does (a stop to ``shutoff``, a
-resize to ``verify_resize`` on the new flavor, its confirm back to the status before it…). The
+resize to ``verify_resize`` on the new flavor, its confirm back to the status before it…). Nova keeps
+its times to the whole second, so "later" includes an action done in the launch's own second (a
+server stopped as soon as it booted: its ``active`` interval is then of length 0, and not kept); the
+create action is the start itself, never a step. The
 flavor before the first resize is not in nova's record: the caller passes it when an event kept in
 the history says it (``core/reconcile.py``), else the listed one is used and the step says the
 older size is unknown. Pure: the adapter reads the actions, this decides.
@@ -125,10 +128,11 @@ def fallback(observed: datetime | None, updated: datetime | None, poll: datetime
 
 
 def _done(actions: Sequence[InstanceAction], names: frozenset[str] | set[str], observed: datetime | None,
-          poll: datetime) -> list[InstanceAction]:
-    """The successful actions of ``names`` done after ``observed`` and by ``poll``, oldest first."""
-    found = [a for a in actions if a.action in names and not a.failed
-             and a.done_at <= poll and (observed is None or a.done_at > observed)]
+          poll: datetime, *, from_observed: bool = False) -> list[InstanceAction]:
+    """The successful actions of ``names`` done after ``observed`` (or at it, ``from_observed``) and by
+    ``poll``, oldest first."""
+    found = [a for a in actions if a.action in names and not a.failed and a.done_at <= poll
+             and (observed is None or a.done_at > observed or (from_observed and a.done_at == observed))]
     return sorted(found, key=lambda a: (a.done_at, a.start_time, a.request_id))
 
 
@@ -199,7 +203,10 @@ def history(actions: Sequence[InstanceAction], *, launched_at: datetime, shown: 
     start = launch(actions, launched_at)
     if whole_seconds:
         start = start.replace(microsecond=0)
-    later = _done(actions, RELEVANT, start, poll)
+    # Nova keeps its times to the whole second: an action done in the launch's second (a server stopped
+    # as soon as it booted) is after the launch all the same. The create is the start itself, never a step:
+    # its build can be recorded done after a stop that followed the server showing ACTIVE.
+    later = _done(actions, RELEVANT - {"create"}, start, poll, from_observed=True)
     resized = any(a.action in FLAVOR_ACTIONS for a in later)
     first_size = size_before if resized and size_before is not None else size
     status: str | None = "active"

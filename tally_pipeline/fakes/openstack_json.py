@@ -315,8 +315,11 @@ def plain_version(version_id: str, href: str, status: str = "CURRENT") -> dict[s
 
 
 def nova_time(value: datetime | None) -> str | None:
-    """An instant as nova's instance actions write it: no offset (UTC), microseconds shown."""
-    return None if value is None else value.astimezone(UTC).replace(tzinfo=None).strftime("%Y-%m-%dT%H:%M:%S.%f")
+    """An instant as nova's instance actions write it: no offset (UTC), to the whole second (its database
+    keeps no fraction: MySQL/MariaDB ``DATETIME``), the microseconds shown as zeros."""
+    if value is None:
+        return None
+    return value.astimezone(UTC).replace(tzinfo=None, microsecond=0).strftime("%Y-%m-%dT%H:%M:%S.%f")
 
 
 def instance_action_json(action: Any, server_id: str, project_id: str, *, microversion: tuple[int, int],

@@ -135,6 +135,33 @@ def test_a_server_resized_and_stopped_before_its_first_sync_gets_its_past_from_i
     assert _intervals(database, "instance", "srv-resized") == before
 
 
+def test_a_server_stopped_in_its_launch_second_is_dated_by_the_stop(database: str, tmp_path) -> None:
+    """Nova keeps its times to the whole second: a server stopped as soon as it showed ACTIVE has its stop
+    recorded in its launch's second, and its build finished after the stop (the compute host ends the build's
+    event after the server shows ACTIVE). Its past is still the stop action's: shutoff from the launch (the
+    active second is of length 0, not kept), never the poll."""
+    launched = T0 + timedelta(hours=2, microseconds=300_000)
+    soon = dataclasses.replace(record("instance", "srv-soon", SMALL, "SHUTOFF", minute=1, updated_minute=2 * 60 + 1),
+                               launched_at=launched)
+    later = dataclasses.replace(record("instance", "srv-later", SMALL, "SHUTOFF", minute=1, updated_minute=2 * 60 + 1),
+                                launched_at=launched)
+    with running_fake([soon, later]) as fake:
+        for rid, stop_at in (("srv-soon", launched + timedelta(milliseconds=200)),
+                             ("srv-later", launched + timedelta(seconds=1))):
+            fake.act(rid, "create", at=soon.created_at, finish=stop_at + timedelta(seconds=1, milliseconds=200))
+            fake.act(rid, "stop", at=stop_at, finish=stop_at + timedelta(milliseconds=300))
+        config = write_config(tmp_path, fake, cloud=CLOUD, database=database,
+                              cloud_options={"resource_types": ["instance"]})
+        code, run, out = tally_sync(config, CLOUD, at=NOW, run_key="tick:soon")
+    assert code == 0 and run["status"] == "succeeded" and run["created"] == 2, out
+    second = launched.replace(microsecond=0)
+    assert _intervals(database, "instance", "srv-soon") == [(second, None, SMALL, "shutoff")]
+    assert _intervals(database, "instance", "srv-later") == [
+        (second, second + timedelta(seconds=1), SMALL, "active"),
+        (second + timedelta(seconds=1), None, SMALL, "shutoff")]
+    assert run["per_type"]["instance"]["dated_by"] == {"action": 2}
+
+
 def test_a_resource_created_now_keeps_the_sizes_its_history_held_before(database: str, tmp_path) -> None:
     """A volume whose create was lost: a kept transfer (no resize) says its size before it; a kept
     extend says only the new size, so the time before it is marked unknown, never dropped."""

@@ -91,3 +91,18 @@ def test_a_status_no_action_reaches_is_reached_at_updated_or_the_poll() -> None:
     untouched = history([act("create", 0)], launched_at=at(0), shown="active", size=SMALL, size_before=None,
                         updated=at(0), poll=POLL)
     assert untouched.steps == ()
+
+
+def test_a_stop_in_the_launchs_second_is_after_the_launch_and_the_create_is_no_step() -> None:
+    """Nova's times are whole seconds: a stop recorded in the launch's second, and a create whose build event
+    nova finished a second after that stop, still give a past that ends stopped by the stop action."""
+    launched = T + timedelta(hours=1)
+    stop = InstanceAction("stop", "req-stop", launched, None,
+                          (ActionEvent("compute_stop_instance", launched, launched, "Success"),))
+    create = InstanceAction("create", "req-create", T, None, (
+        ActionEvent("compute__do_build_and_run_instance", T, launched + timedelta(seconds=1), "Success"),))
+    past = history([create, stop], launched_at=launched, shown="shutoff", size=SMALL, size_before=None,
+                   updated=launched, poll=POLL)
+    assert past.start == launched and past.status == "active"
+    assert [(s.at, s.status, s.dated.by, s.dated.action) for s in past.steps] == [
+        (launched, "shutoff", "action", "stop")]

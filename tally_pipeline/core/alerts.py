@@ -155,7 +155,7 @@ def sync_errors(last_runs: Iterable[LastRun], misconfigured: Mapping[str, str] |
     broken = {c: f"misconfigured: {reason}" for c, reason in (misconfigured or {}).items()}
     last_runs = list(last_runs)
     recorded = {r.cloud: r.poll_time for r in last_runs}
-    for failure in sorted(unrecorded, key=lambda f: f.poll_time):
+    for failure in sorted(unrecorded, key=lambda f: f.poll_time, reverse=True):  # the latest is the cloud's latest sync
         if failure.cloud not in broken and (failure.cloud not in recorded or failure.poll_time > recorded[failure.cloud]):
             broken[failure.cloud] = f"failed: {failure.reason}"
     for r in last_runs:

@@ -68,8 +68,11 @@ class CheckState:
 
 
 def states(db: StoreReads, keys: Sequence[str], now: datetime | None = None,
-           unrecorded: Sequence[UnrecordedFailure] = ()) -> list[CheckState]:
+           instance: dg.DagsterInstance | None = None) -> list[CheckState]:
+    """The checks' states; with the Dagster ``instance``, sync_errors also counts the sync runs that failed
+    without recording their sync (``unrecorded_sync_failures``)."""
     clouds = sorted(db.config.clouds)
+    unrecorded = unrecorded_sync_failures(instance) if instance is not None and "sync_errors" in keys else []
     conditions = db.alert_conditions(now or datetime.now(UTC), unrecorded)
     synced = db.clouds_ever_synced() if any(k in NEEDS_A_SYNC for k in keys) else set()
     return [CheckState(k, conditions[k], tuple(c for c in clouds if c not in synced) if k in NEEDS_A_SYNC else ())
@@ -120,6 +123,6 @@ def report(context: dg.AssetExecutionContext, db: StoreReads, keys: Sequence[str
     chosen = context.run.asset_check_selection
     selected = {(k.asset_key.to_user_string(), k.name) for k in (in_job if chosen is None else in_job & set(chosen))}
     keys = [k for k in keys if (ALERTS[k][0], ALERTS[k][1]) not in selected]
-    for state in states(db, keys) if keys else []:
+    for state in states(db, keys, instance=context.instance) if keys else []:
         context.log_event(evaluation(state))
 

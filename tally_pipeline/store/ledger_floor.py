@@ -22,6 +22,7 @@ from tally_pipeline.store.postgres.store import PostgresUnitOfWork
 
 _POSTINGS = "_floor_postings"
 _CHECKPOINTS = "_floor_checkpoints"
+_COPIES = ((_POSTINGS, "ledger_postings"), (_CHECKPOINTS, "usage_checkpoints"))  # (copy, table it copies)
 _POSTING_COLUMNS = "cloud, project_id, meter, clamp, account, amount, unit, window_start, cycle_id, posted_at"
 # The columns an advancing cycle sets (ledger_checkpoints.advance), each given a new value.
 _ADVANCE = (
@@ -70,13 +71,13 @@ def _make_copies(uow: UnitOfWork) -> None:
     if isinstance(uow, PostgresUnitOfWork):
         # LIKE … INCLUDING ALL copies the key, the checks and the defaults; the storage parameters
         # (usage_checkpoints' fillfactor, which makes its rewrites HOT updates) are copied by hand.
-        for copy, table in ((_POSTINGS, "ledger_postings"), (_CHECKPOINTS, "usage_checkpoints")):
+        for copy, table in _COPIES:
             [(options,)] = uow.fetchall("SELECT reloptions FROM pg_class WHERE oid = %s::regclass", (table,))
             storage = f" WITH ({', '.join(options)})" if options else ""
             uow.execute(f"CREATE TABLE {copy} (LIKE {table} INCLUDING ALL){storage}")
     else:
         # DuckDB has no LIKE: its catalogue keeps each table's CREATE statement.
-        for copy, table in ((_POSTINGS, "ledger_postings"), (_CHECKPOINTS, "usage_checkpoints")):
+        for copy, table in _COPIES:
             [(ddl,)] = uow.fetchall("SELECT sql FROM duckdb_tables() WHERE table_name = %s", (table,))
             uow.execute(ddl.replace(f"CREATE TABLE {table}", f"CREATE TABLE {copy}", 1))
     uow.execute(f"INSERT INTO {_CHECKPOINTS} SELECT * FROM usage_checkpoints")
@@ -105,5 +106,5 @@ def _load_postings(uow: UnitOfWork, rows: list[tuple[Any, ...]]) -> None:
 
 
 def _drop_copies(uow: UnitOfWork) -> None:
-    for copy in (_POSTINGS, _CHECKPOINTS):
+    for copy, _ in _COPIES:
         uow.execute(f"DROP TABLE IF EXISTS {copy}")

@@ -3,7 +3,7 @@ A store the check cannot read fails it, the cause as its first line."""
 
 import dagster as dg
 
-from tally_pipeline.orchestration.alert_states import ALERTS, check_metadata, states, unrecorded_sync_failures
+from tally_pipeline.orchestration.alert_states import ALERTS, check_metadata, states
 from tally_pipeline.orchestration.failures import UNREADABLE, unreadable_check
 from tally_pipeline.orchestration.resources import TallyStore
 
@@ -14,8 +14,7 @@ def _check(key: str) -> dg.AssetChecksDefinition:
     @dg.asset_check(asset=asset, name=name, description=f"{key.replace('_', ' ')} (runbook: {runbook})")
     def check(context: dg.AssetCheckExecutionContext, store: TallyStore) -> dg.AssetCheckResult:
         try:
-            unrecorded = unrecorded_sync_failures(context.instance) if key == "sync_errors" else []
-            [state] = states(store, [key], unrecorded=unrecorded)
+            [state] = states(store, [key], instance=context.instance)
         except UNREADABLE as exc:
             failed = unreadable_check(asset, name, exc, runbook=runbook)
             return dg.AssetCheckResult(passed=False, severity=failed.severity, description=failed.description,

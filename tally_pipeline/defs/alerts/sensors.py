@@ -12,7 +12,7 @@ import json
 
 import dagster as dg
 
-from tally_pipeline.orchestration.alert_states import ALERTS, evaluation, states, unrecorded_sync_failures
+from tally_pipeline.orchestration.alert_states import ALERTS, evaluation, states
 from tally_pipeline.orchestration.failures import UNREADABLE, cause, outage_fingerprint, unreadable_check
 from tally_pipeline.orchestration.resources import TallyStore
 
@@ -25,8 +25,7 @@ def _sensor(key: str) -> dg.SensorDefinition:
                            f"{name} check (every tick; a change of state is also logged).")
     def sensor(context: dg.SensorEvaluationContext, store: TallyStore) -> dg.SensorResult:
         try:
-            unrecorded = unrecorded_sync_failures(context.instance) if key == "sync_errors" else []
-            [state] = states(store, [key], unrecorded=unrecorded)
+            [state] = states(store, [key], instance=context.instance)
         except UNREADABLE as exc:
             if outage_fingerprint(exc) != context.cursor:  # once per outage (and per change of its kind)
                 context.log.error(f"{cause(exc)}\n{name} cannot be evaluated: reported failed until the store "

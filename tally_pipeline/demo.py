@@ -27,15 +27,15 @@ from typing import Any
 
 import dagster as dg
 
-from tally_pipeline.adapters.simulated import SimulatedAdapter
 from tally_pipeline.core.registry import SizeSchemaRegistry
 from tally_pipeline.core.timeutil import format_rfc3339
 from tally_pipeline.core.usage import Entity, Interval, cumulative_usage_micro, tenant_error, to_units, usage_by_entity
 from tally_pipeline.defs.reconciliation.requests import follow_up_requests, reconciliation_requests
 from tally_pipeline.orchestration.resources import Ledger, TallyStore
 from tally_pipeline.orchestration.tags import NOW, SYNC_STATUS
+from tally_pipeline.providers.simulated import DeliverySpec, Simulation, SimulationSpec, simulate
+from tally_pipeline.providers.simulated.adapter import SimulatedAdapter
 from tally_pipeline.runtime import Runtime
-from tally_pipeline.sim import DeliverySpec, Simulation, SimulationSpec, simulate
 from tally_pipeline.store import asset_reads
 from tally_pipeline.store.snapshot import write_snapshot
 

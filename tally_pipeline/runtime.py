@@ -14,7 +14,7 @@ from tally_pipeline.services.ingest import Ingestor
 from tally_pipeline.store import Store, open_store
 
 if TYPE_CHECKING:
-    from tally_pipeline.adapters.base import PlatformAdapter
+    from tally_pipeline.providers.interface import PlatformAdapter
     from tally_pipeline.services.reconciliation import SyncRun
 
 
@@ -59,7 +59,7 @@ class Runtime:
         """The platform adapter for a configured cloud (built once per runtime)."""
         self.check_cloud(cloud)
         if cloud not in self._adapters:
-            from tally_pipeline.adapters import adapter_for
+            from tally_pipeline.providers import adapter_for
 
             self._adapters[cloud] = adapter_for(cloud, self.config.clouds[cloud])
         return self._adapters[cloud]

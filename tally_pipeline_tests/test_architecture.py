@@ -102,6 +102,23 @@ def test_core_imports_only_core() -> None:
     assert {m: d for m, d in upward.items() if d} == {}
 
 
+def test_core_speaks_no_providers_words() -> None:
+    """A provider's words (its name, its services' names) live in providers/<name>/, never in core/."""
+    from tally_pipeline.providers.openstack import SERVICE_OF_TYPE
+
+    words = {"openstack", "keystone", *SERVICE_OF_TYPE.values()}
+    said = {p.name: sorted(w for w in words if re.search(rf"\b{w}\b", p.read_text(encoding="utf-8"), re.I))
+            for p in (PACKAGE / "core").rglob("*.py")}
+    assert {name: found for name, found in said.items() if found} == {}
+
+
+def test_each_provider_is_a_package_with_its_adapter() -> None:
+    providers = sorted(p.parent.name for p in (PACKAGE / "providers").glob("*/__init__.py"))
+    assert providers == ["openstack", "simulated"]
+    assert all((PACKAGE / "providers" / name / "adapter.py").is_file() for name in providers)
+    assert not (PACKAGE / "adapters").exists()
+
+
 #: SQL lives in store/; benchmarks, fakes and the collector's own buffer keep theirs.
 _SQL = re.compile(r"\b(SELECT\s+.+\s+FROM|INSERT\s+INTO|UPDATE\s+\w+\s+SET|DELETE\s+FROM|CREATE\s+TABLE)\b", re.I | re.S)
 _SQL_HOMES = ("store", "bench", "fakes", "collector")
@@ -146,8 +163,8 @@ def test_each_backend_is_a_package_of_the_same_parts() -> None:
 #: Dagster wiring share the top layer (their imports among themselves are held acyclic above).
 LAYERS: tuple[frozenset[str], ...] = (
     frozenset({"core", "redaction"}),
-    frozenset({"store", "sim", "schemas", "collector", "config"}),
-    frozenset({"adapters", "fakes"}),
+    frozenset({"store", "schemas", "config"}),
+    frozenset({"providers", "fakes", "collector"}),
     frozenset({"services"}),
     frozenset({"runtime", "api", "commands", "orchestration", "defs", "bench", "demo", "demo_report",
                "definitions", "cli", "__main__"}),

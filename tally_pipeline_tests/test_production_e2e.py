@@ -26,7 +26,7 @@ from tally_pipeline.bench.common import free_port
 from tally_pipeline.collector.client import Collector
 from tally_pipeline.config import SimulatedCloud
 from tally_pipeline.core.timeutil import format_rfc3339
-from tally_pipeline.sim.simulation import simulate_cloud
+from tally_pipeline.providers.simulated.simulation import simulate_cloud
 
 from .faults import wait_until
 from .services import Service

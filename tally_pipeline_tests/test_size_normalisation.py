@@ -134,10 +134,10 @@ def test_an_older_history_holding_floats_is_migrated_and_refolded(store_url, reg
 
 
 def test_reconciliation_books_a_float_size_as_integers_and_converges(store, registry) -> None:
-    from tally_pipeline.adapters.simulated import SimulatedAdapter
     from tally_pipeline.fakes.static_view import StaticView
+    from tally_pipeline.providers.simulated.adapter import SimulatedAdapter
+    from tally_pipeline.providers.simulated.platform import PlatformRecord
     from tally_pipeline.services.reconciliation import run_sync
-    from tally_pipeline.sim.platform import PlatformRecord
 
     now = datetime(2026, 3, 2, 12, 0, tzinfo=UTC)
     created = datetime(2026, 3, 1, tzinfo=UTC)

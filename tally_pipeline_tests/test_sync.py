@@ -7,12 +7,12 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from tally_pipeline.adapters.simulated import SimulatedAdapter
 from tally_pipeline.core import reconcile as rules
 from tally_pipeline.fakes.static_view import StaticView
+from tally_pipeline.providers.simulated.adapter import SimulatedAdapter
+from tally_pipeline.providers.simulated.platform import PlatformRecord
 from tally_pipeline.services import projection, queries
 from tally_pipeline.services.reconciliation import SyncInProgress, projected_resources, run_sync, sync_runs
-from tally_pipeline.sim.platform import PlatformRecord
 
 NOW = datetime(2026, 3, 2, 12, 0, tzinfo=UTC)
 OLD = NOW - timedelta(days=1)
@@ -42,7 +42,7 @@ def sync(store, ingestor, view, *, now=NOW, run_key="tick:1", guard=0.5, types=(
 
 
 def rediff(store, view, now=NOW, types=("volume", "instance")):
-    from tally_pipeline.adapters.base import list_type
+    from tally_pipeline.providers.interface import list_type
 
     adapter = SimulatedAdapter(view, CLOUD, resource_types=types)
     projection.refresh(store)

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from tally_pipeline.bench import accuracy
-from tally_pipeline.sim import DeliverySpec, SimulationSpec, simulate
-from tally_pipeline.sim.platform import in_down_cell
+from tally_pipeline.providers.simulated import DeliverySpec, SimulationSpec, simulate
+from tally_pipeline.providers.simulated.platform import in_down_cell
 
 
 @pytest.mark.slow

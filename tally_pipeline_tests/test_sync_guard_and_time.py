@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from datetime import timedelta
 
-from tally_pipeline.adapters.simulated import SimulatedAdapter
 from tally_pipeline.core.alerts import AlertSettings
 from tally_pipeline.fakes.static_view import StaticView
+from tally_pipeline.providers.simulated.adapter import SimulatedAdapter
 from tally_pipeline.services import alerts, queries
 from tally_pipeline.services.reconciliation import run_sync, sync_runs
 from tally_pipeline_tests.test_sync import CLOUD, NOW, OLD, collector_event, rec
@@ -94,7 +94,7 @@ def test_a_deletion_date_inside_the_settle_window_is_deferred(store, ingestor) -
 
 def test_unconfirmed_deletes_turn_sync_errors_red_and_show_in_metrics(store, ingestor) -> None:
     from tally_pipeline.api.metrics import exposition, store_families
-    from tally_pipeline.sim.platform import in_down_cell
+    from tally_pipeline.providers.simulated.platform import in_down_cell
 
     hidden = next(f"i{n}" for n in range(200) if in_down_cell(f"i{n}"))  # a server the down cell holds
     ingestor.ingest([{**collector_event("e1", hidden, "create", OLD), "resource_type": "instance",

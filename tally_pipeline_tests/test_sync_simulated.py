@@ -9,7 +9,7 @@ import orjson
 import pytest
 
 from tally_pipeline.bench import accuracy
-from tally_pipeline.sim import DeliverySpec, SimulationSpec, simulate
+from tally_pipeline.providers.simulated import DeliverySpec, SimulationSpec, simulate
 
 INTERVAL = timedelta(minutes=10)
 SETTLE = timedelta(seconds=300)

@@ -242,7 +242,7 @@ def _statements(store: Any, named: frozenset[str]) -> list[Metric]:
 def _usage_audits(store: Any, clouds: list[str]) -> list[Metric]:
     """Each configured cloud's latest usage audit against nova (``usage_audits``): one series set per
     configured cloud, the kinds of difference a fixed set."""
-    from tally_pipeline.core.usage_audit import KINDS
+    from tally_pipeline.providers.openstack.usage_audit import KINDS
     from tally_pipeline.store.usage_audits import latest
 
     configured = set(clouds)

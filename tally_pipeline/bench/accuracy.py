@@ -17,16 +17,16 @@ from datetime import datetime, timedelta
 from decimal import Decimal
 from typing import Any
 
-from tally_pipeline.adapters.simulated import SimulatedAdapter
 from tally_pipeline.core.timeutil import to_utc
 from tally_pipeline.core.usage import Interval, tenant_error, usage_by_entity
+from tally_pipeline.providers.simulated import DeliverySpec, Simulation, SimulationSpec, simulate
+from tally_pipeline.providers.simulated.adapter import SimulatedAdapter
+from tally_pipeline.providers.simulated.truth import power_class
 from tally_pipeline.schemas import default_registry
 from tally_pipeline.services import projection
 from tally_pipeline.services.ingest import Ingestor
 from tally_pipeline.services.ledger.usage import cumulative_usage
 from tally_pipeline.services.reconciliation import SyncRun, run_sync
-from tally_pipeline.sim import DeliverySpec, Simulation, SimulationSpec, simulate
-from tally_pipeline.sim.truth import power_class
 from tally_pipeline.store import Store, open_store
 
 

@@ -15,9 +15,9 @@ from typing import Any
 
 import pyarrow as pa
 
-from tally_pipeline.adapters.base import Enumerated, ListedResource
 from tally_pipeline.bench.common import peak_rss_mb, timer
 from tally_pipeline.core import reconcile as rules
+from tally_pipeline.providers.interface import Enumerated, ListedResource
 from tally_pipeline.services.reconciliation import projected_resources
 from tally_pipeline.store import open_store
 

@@ -11,8 +11,8 @@ import time
 from datetime import timedelta
 from typing import Any
 
-from tally_pipeline.sim.simulation import simulate
-from tally_pipeline.sim.spec import DeliverySpec, SimulationSpec
+from tally_pipeline.providers.simulated.simulation import simulate
+from tally_pipeline.providers.simulated.spec import DeliverySpec, SimulationSpec
 
 
 def measure(*, hours: float = 72.0, clouds: int = 2, resources: int = 60, seed: int = 1,

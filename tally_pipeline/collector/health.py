@@ -14,9 +14,8 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-#: The service whose notifications carry each resource type's lifecycle.
-NOTIFYING_SERVICE = {"instance": "nova", "volume": "cinder", "floating_ip": "neutron", "image": "glance",
-                     "load_balancer": "octavia"}
+from tally_pipeline.providers.openstack import SERVICE_OF_TYPE
+
 #: Silence longer than this is "no message recently" (as the cloud-silent alert's hour).
 RECENT_SECONDS = 3600.0
 
@@ -71,7 +70,7 @@ def hearing(health: Mapping[str, Any], resource_types: Iterable[str], *,
     """Per service notifying about ``resource_types``, what the collector's ``/healthz`` body says of it."""
     types_of: dict[str, list[str]] = {}
     for rtype in resource_types:
-        types_of.setdefault(NOTIFYING_SERVICE.get(rtype, rtype), []).append(rtype)
+        types_of.setdefault(SERVICE_OF_TYPE.get(rtype, rtype), []).append(rtype)
     services = health.get("services") or {}
     out = []
     for service, types in types_of.items():

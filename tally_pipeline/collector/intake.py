@@ -15,7 +15,7 @@ read is ever unaccounted for and nothing blocks the queue:
   and ``mapping_error`` only when the mapping itself failed on it: a bug of ours, reported instead
   of retried.
 
-Pure: no I/O. The mapping rules are ``collector.openstack``'s; nothing here changes them. Bodies
+Pure: no I/O. The mapping rules are ``providers.openstack.notifications``'s; nothing here changes them. Bodies
 are parsed with orjson, which reads an integer beyond 64 bits as a float (as for landing files);
 what orjson refuses (a number beyond a double's range) is read by the standard parser instead.
 """
@@ -31,10 +31,10 @@ from typing import Any
 
 import orjson
 
-from tally_pipeline.collector.openstack import Unmapped, map_notification
 from tally_pipeline.collector.protocol import encode_event
 from tally_pipeline.collector.scrub import scrub_body
 from tally_pipeline.core.values import INVALID_TEXT, NUMBER_OUT_OF_RANGE, first_bad_value
+from tally_pipeline.providers.openstack.notifications import Unmapped, map_notification
 from tally_pipeline.redaction import redact
 
 log = logging.getLogger("tally_pipeline.collector")

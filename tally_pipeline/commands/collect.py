@@ -58,8 +58,8 @@ def volume_type_names(clouds: dict[str, Any], cloud: str) -> Any:
     log = logging.getLogger("tally_pipeline.collector")
 
     def read() -> dict[str, str] | None:
-        from tally_pipeline.adapters import adapter_for
-        from tally_pipeline.adapters.openstack import OpenStackAdapter
+        from tally_pipeline.providers import adapter_for
+        from tally_pipeline.providers.openstack.adapter import OpenStackAdapter
 
         try:
             adapter = adapter_for(cloud, entry)

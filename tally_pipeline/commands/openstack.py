@@ -16,8 +16,8 @@ from tally_pipeline.runtime import Runtime
 from tally_pipeline.services.errors import UnknownCloud
 
 if TYPE_CHECKING:
-    from tally_pipeline.adapters.openstack import OpenStackAdapter
-    from tally_pipeline.adapters.openstack_check import CloudCheck
+    from tally_pipeline.providers.openstack.adapter import OpenStackAdapter
+    from tally_pipeline.providers.openstack.check import CloudCheck
 
 
 @click.command("check")
@@ -39,7 +39,7 @@ def check(rt: Runtime, cloud: str, sample: int, collector_url: str | None, as_js
     Exits 1 when a type cannot be reconciled (scope not proven or listing failing), the latest
     run was not clean (failed, partial, or the mass-delete guard held deletes), or (with --collector)
     the collector does not answer or a service's exchange is not bound."""
-    from tally_pipeline.adapters.openstack_check import check as check_cloud
+    from tally_pipeline.providers.openstack.check import check as check_cloud
     from tally_pipeline.services.reconciliation import sync_runs
 
     adapter = openstack_adapter(rt, cloud)
@@ -70,7 +70,7 @@ def check(rt: Runtime, cloud: str, sample: int, collector_url: str | None, as_js
 
 def openstack_adapter(rt: Runtime, cloud: str) -> OpenStackAdapter:
     """CLOUD's adapter, or a usage error naming what CLOUD is when it is not an OpenStack cloud."""
-    from tally_pipeline.adapters.openstack import OpenStackAdapter
+    from tally_pipeline.providers.openstack.adapter import OpenStackAdapter
 
     try:
         adapter = rt.adapter(cloud)

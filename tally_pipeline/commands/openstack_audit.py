@@ -94,14 +94,14 @@ def bench(servers: int, page_size: int) -> dict[str, Any]:
     import tempfile
     from pathlib import Path
 
-    from tally_pipeline.adapters.openstack import OpenStackAdapter
     from tally_pipeline.config import AuditSettings, OpenStackCloud
     from tally_pipeline.fakes.openstack import FakeOpenStack
     from tally_pipeline.fakes.static_view import StaticView
+    from tally_pipeline.providers.openstack.adapter import OpenStackAdapter
+    from tally_pipeline.providers.simulated.platform import PlatformRecord
     from tally_pipeline.schemas import default_registry
     from tally_pipeline.services.ledger.poster import post_usage
     from tally_pipeline.services.usage_audit import audit_usage as run_audit
-    from tally_pipeline.sim.platform import PlatformRecord
     from tally_pipeline.store import open_store
 
     start = datetime(2026, 1, 1, tzinfo=UTC)

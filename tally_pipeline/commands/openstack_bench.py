@@ -31,7 +31,7 @@ CHILD_FLAG = "--child"
 
 
 def _servers(n: int, start: datetime) -> list[Any]:
-    from tally_pipeline.sim.platform import PlatformRecord
+    from tally_pipeline.providers.simulated.platform import PlatformRecord
 
     flavors = [("m1.small", 1, 2048, 20), ("m1.medium", 2, 4096, 40), ("m1.large", 4, 8192, 80)]
     records = []
@@ -89,8 +89,8 @@ def run(servers: list[int], *, page_size: int = 1000, drift: float = 0.01) -> di
 
 def _child(spec: dict[str, Any]) -> dict[str, Any]:
     """List every server once; report items/s and memory (this process only)."""
-    from tally_pipeline.adapters.openstack import OpenStackAdapter
     from tally_pipeline.config import OpenStackCloud
+    from tally_pipeline.providers.openstack.adapter import OpenStackAdapter
 
     config = OpenStackCloud(provider="openstack", auth=spec["auth"], page_size=spec["page_size"],
                             resource_types=["instance"], timeout=120, retries=0)

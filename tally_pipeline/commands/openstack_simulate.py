@@ -56,7 +56,7 @@ def simulate(port: int, name: str, seed: int, projects: int, resources: int, hou
     until Ctrl-C (or SIGTERM); print the clouds.yaml entry that reaches it (user admin, role admin)."""
     from tally_pipeline.config import SimulatedCloud
     from tally_pipeline.fakes.openstack import FakeOpenStack
-    from tally_pipeline.sim.simulation import simulate_cloud
+    from tally_pipeline.providers.simulated.simulation import simulate_cloud
 
     sim = simulate_cloud(name, SimulatedCloud(provider="simulated", seed=seed, projects=projects,
                                               resources=resources, hours=hours), now=datetime.now(UTC))

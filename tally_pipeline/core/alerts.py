@@ -11,8 +11,6 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
-from tally_pipeline.core.scope import SERVICE_OF_TYPE
-
 #: Where every cloud that is not known (configured, or named in ``alerts.clouds``) is counted: what a
 #: writer puts in ``cloud`` is unbounded, and one series or alert candidate per value would be too.
 OTHER_CLOUD = "other"
@@ -231,7 +229,8 @@ def ledger_entities_skipped(skips: Iterable[LedgerSkip]) -> Condition:
 
 
 def service_events_silent(latest: Iterable[LatestCorrections], activity: Iterable[TypeActivity],
-                          clouds: Collection[str], s: AlertSettings) -> Condition:
+                          clouds: Collection[str], s: AlertSettings, services: Mapping[str, str] | None = None,
+                          hint: str = "") -> Condition:
     """TallyServiceEventsSilent: a configured cloud's latest sync (past its ``drift_warmup_syncs``) corrected
     resources of a type, created, deleted or recovered, while the collector stored no event of that type
     for the cloud since the sync before it (or ever), though it stores the cloud's events of other types.
@@ -239,6 +238,8 @@ def service_events_silent(latest: Iterable[LatestCorrections], activity: Iterabl
     The listing saw that service's resources change and no notification of it arrived: the service
     publishes where the collector does not listen (another exchange or topic). A cloud without any
     collector event is not judged here (TallyCloudEventsSilent watches a collector that stopped).
+    ``services`` names the service that notifies about each type, ``hint`` what the provider knows of
+    where its services publish (both from the provider; the message names them).
     """
     last: dict[tuple[str, str], datetime] = {}
     types: dict[str, set[str]] = {}
@@ -261,7 +262,7 @@ def service_events_silent(latest: Iterable[LatestCorrections], activity: Iterabl
             if seen is not None and (since is None or seen >= since):
                 continue
             silent.setdefault(sync.cloud, {})[rtype] = {
-                "corrections": n, "service": SERVICE_OF_TYPE.get(rtype),
+                "corrections": n, "service": (services or {}).get(rtype),
                 "last_collector_event": seen.isoformat() if seen else None,
                 "since": since.isoformat() if since else None, "sync_poll_time": sync.poll_time.isoformat()}
     warm_up = f"; warming up (first syncs not judged): {', '.join(sorted(warming))}" if warming else ""
@@ -278,6 +279,5 @@ def service_events_silent(latest: Iterable[LatestCorrections], activity: Iterabl
                          f"from {service} {silence}")
     message = ("a service's notifications are not reaching the collector: " + "; ".join(lines)
                + ". Is the collector bound to the exchange each publishes on? (collector.service_exchanges / "
-               "--service-exchange SERVICE=EXCHANGE; cinder publishes on 'openstack' unless its control_exchange "
-               "is set; `tally openstack check CLOUD --collector URL` shows each service)" + warm_up)
+               "--service-exchange SERVICE=EXCHANGE" + (f"; {hint}" if hint else "") + ")" + warm_up)
     return Condition("TallyServiceEventsSilent", True, tuple(sorted(silent)), message, silent)

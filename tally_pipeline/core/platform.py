@@ -12,6 +12,11 @@ from typing import Any, Literal
 
 from tally_pipeline.core.errors import TallyError
 
+#: What dated a correction the platform's own record was asked about: an action the platform
+#: recorded, its ``updated`` instant, else the poll.
+DatedBy = Literal["action", "updated", "poll"]
+DATED_BY: tuple[DatedBy, ...] = ("action", "updated", "poll")
+
 
 @dataclass(frozen=True, slots=True)
 class ListedResource:
@@ -25,17 +30,17 @@ class ListedResource:
     in_transition: bool
     created_at: datetime
     updated_at: datetime | None = None
-    #: Listed as present but without its details (nova's ``UNKNOWN`` placeholder for a server in an
-    #: unreachable cell): never updated, created or deleted on the strength of this record.
+    #: Listed as present but without its details (a placeholder the platform shows for a resource
+    #: in a part of it that does not answer): never updated, created or deleted on the strength of
+    #: this record.
     unknown: bool = False
-    #: Why the platform shows this resource never ran, if it does (``never_launched``: a nova server
-    #: without ``launched_at``; ``never_active``: an octavia load balancer still in PENDING_CREATE or
-    #: in ERROR, which octavia cannot tell apart from a failed create). Reconciliation never opens a
-    #: lifecycle for it; one already known keeps going.
+    #: Why the platform shows this resource never ran, if it does (e.g. ``never_launched``: a server
+    #: whose build never started it; ``never_active``: a resource never in service). Reconciliation
+    #: never opens a lifecycle for it; one already known keeps going.
     never_ran: str | None = None
     #: Where the platform starts accounting for it, when the type keeps an instant of its own for
-    #: that (nova's ``launched_at``): billable life starts there (``core/clocks.py``), not at
-    #: ``created_at``, the API request.
+    #: that (a server's launch): billable life starts there (``life_start``), not at ``created_at``,
+    #: the API request. Adapters give it only for types whose life starts at such an instant.
     started_at: datetime | None = None
 
 
@@ -77,7 +82,7 @@ class Confirmation:
 
 @dataclass(frozen=True, slots=True)
 class DeletedResource:
-    """A resource the platform reports deleted, with its real deletion time (nova's deleted servers)."""
+    """A resource the platform reports deleted, with its real deletion time (e.g. a compute service that keeps its deleted servers listable)."""
 
     resource_type: str
     resource_id: str
@@ -88,7 +93,7 @@ class DeletedResource:
     #: As ``ListedResource.never_ran``: a server deleted without ever launching (a failed build) is
     #: never recovered.
     never_ran: str | None = None
-    #: As ``ListedResource.started_at`` (nova's ``launched_at``, which a deleted server keeps).
+    #: As ``ListedResource.started_at`` (a deleted server keeps its launch).
     started_at: datetime | None = None
     #: The status the listing shows for the server's life, lower-cased, or None when it shows only
     #: the deletion itself (``DELETED``, vm_state ``deleted``): then a recovered lifecycle's status is
@@ -157,3 +162,13 @@ class DeletedListing:
     available: bool
     items: list[DeletedResource] = field(default_factory=list)
     reason: str | None = None
+
+
+def life_start(created_at: datetime, started_at: datetime | None) -> datetime:
+    """Where billable life starts: the resource's own start instant (``ListedResource.started_at``)
+    when the platform gave one, else ``created_at``.
+
+    A start before the creation (clock skew between services) is taken as the creation: life never
+    starts before the request.
+    """
+    return created_at if started_at is None else max(started_at, created_at)

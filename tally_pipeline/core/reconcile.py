@@ -6,7 +6,7 @@ deferrals and deletes awaiting the platform's confirmation out. The table:
 
 | platform holds           | projection holds | action |
 |--------------------------|------------------|--------|
-| resource                 | nothing live     | ``sync.create``: where billable life starts (``core/clocks.py``: nova's ``launched_at``, else ``created_at``; the request, when earlier, as a ``sync.create.start`` note) if the projection never knew it; if it holds it as deleted, at the platform's ``updated`` when that is after the projection's delete (a restore), else at poll time |
+| resource                 | nothing live     | ``sync.create``: where billable life starts (``life_start``: the platform's own start instant, e.g. a server's launch, else ``created_at``; the request, when earlier, as a ``sync.create.start`` note) if the projection never knew it; if it holds it as deleted, at the platform's ``updated`` when that is after the projection's delete (a restore), else at poll time |
 | nothing                  | live resource    | ``sync.delete``, once the platform confirms it: at the real deletion time when the platform gives one, else at poll time |
 | resource, other size/project | live resource | ``sync.update`` at poll time |
 | instance, other status | live resource | ``sync.update`` at poll time (``STATUS_TYPES``) |
@@ -34,28 +34,27 @@ import uuid
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
-from typing import Any, Literal
+from typing import Any, Literal, Protocol
 
-from tally_pipeline.core import actions as nova_actions
-from tally_pipeline.core.actions import DatedBy, InstanceAction
-from tally_pipeline.core.clocks import life_start
 from tally_pipeline.core.platform import (
     INSUFFICIENT_SCOPE,
     UNKNOWN_STATUS,
     Confirmation,
+    DatedBy,
     DeletedListing,
     DeletedResource,
     Enumerated,
     ListedResource,
     TypeListing,
+    life_start,
 )
 
 SYNC_NAMESPACE = uuid.UUID("6f1b7c52-3e7a-5b0e-9c39-7a11e0c0ffee")
 MASS_DELETE_MIN_LIVE = 20
 #: Types whose platform status reconciliation keeps in step with the listing (a difference is a
-#: ``sync.update``): nova's power and lifecycle statuses are what a pricing rule tells apart. The
-#: other services' statuses (a volume's ``in-use`` / ``available``, an address's ``DOWN``) change
-#: with every attach and are recorded as events give them, never corrected.
+#: ``sync.update``): a server's power and lifecycle statuses are what a pricing rule tells apart.
+#: Other types' statuses (a volume's ``in-use`` / ``available``, an address's ``DOWN``) change with
+#: every attach and are recorded as events give them, never corrected.
 STATUS_TYPES = frozenset({"instance"})
 
 Action = Literal["create", "update", "delete"]
@@ -105,10 +104,10 @@ class Correction:
     recovered: bool = False  # created and deleted between runs, found in the deleted listing
     stuck: bool = False  # booked although in transition, for longer than the bound
     status: str | None = None  # the platform status it shows (payload.status), lower-cased
-    #: A create whose billable life starts after the platform's request (nova: launched after
-    #: created): the request, written as a ``sync.create.start`` note so the history keeps it.
+    #: A create whose billable life starts after the platform's request (a server launched after
+    #: its request): the request, written as a ``sync.create.start`` note so the history keeps it.
     requested_at: datetime | None = None
-    #: What the platform said to date it by, for a status or flavor difference (``core/actions.py``):
+    #: What the platform said to date it by, for a status or flavor difference (``redate``):
     #: ``action``, ``updated`` or ``poll``; None where no such rule applies.
     dated_by: DatedBy | None = None
     #: A lifecycle's earlier history is written as several events of one resource in one run: each
@@ -141,12 +140,9 @@ class KeptUpdate:
     occurred_at: datetime
     event_type: str
     size: dict[str, Any] | None
+    #: Its event type changes the size (a resize): what the size was before it is not in it.
+    resizes: bool = False
 
-
-#: Stored event types whose update changes the size (the others carry the size the resource had
-#: before them too): nova's resize and its revert, cinder's extend and retype.
-RESIZE_EVENT_TYPES = frozenset({"compute.instance.finish_resize.end", "compute.instance.resize.revert.end",
-                                "volume.resize.end", "volume.retype"})
 
 
 @dataclass(frozen=True, slots=True)
@@ -170,7 +166,7 @@ class TypeOutcome:
     guard_tripped: bool = False
     guard_detail: str | None = None
     poll_time: datetime | None = None
-    unknown: int = 0  # listed as present without details (nova UNKNOWN placeholders)
+    unknown: int = 0  # listed as present without details (the platform's UNKNOWN placeholders)
     skipped: dict[str, int] = field(default_factory=dict)  # listed but unreadable, by reason
     code: str | None = None  # a failed type's code (``insufficient_scope``, ...)
     never_ran: dict[str, int] = field(default_factory=dict)  # failed builds not billed, by why
@@ -338,7 +334,7 @@ def _narrowed(listing: Enumerated, live: Mapping[str, ProjectedResource]) -> str
     """Why a listing looks narrowed to the credentials' own project, or None.
 
     A listing holding items of the own project only, while the projection holds live resources
-    of other projects, is what cinder, octavia, neutron and glance answer a caller without the
+    of other projects, is what a service that silently narrows its listing answers a caller without the
     all-projects policy. An empty listing proves nothing either way (the mass-delete guard and
     the scope proof cover it).
     """
@@ -440,16 +436,16 @@ def _diff_listed(item: ListedResource, p: ProjectedResource | None, settle_from:
         # A failed build: the platform never ran it, so neither does the bill (ceilometer and
         # CloudKitty do not bill it either). Counted, so it is never silent.
         outcome.never_ran[item.never_ran] = outcome.never_ran.get(item.never_ran, 0) + 1
-    elif (life_start(rtype, item.created_at, item.started_at) > settle_from
+    elif (life_start(item.created_at, item.started_at) > settle_from
           or (p is not None and p.last_event_at > settle_from)
           or (known_deleted and _recent(item.updated_at, settle_from))):
-        begun = life_start(rtype, item.created_at, item.started_at)
+        begun = life_start(item.created_at, item.started_at)
         latest = _latest(begun, p.last_event_at) if p is not None else begun
         latest = _latest(item.updated_at, latest) if known_deleted else latest
         _defer(result, outcome, "create", rtype, rid, "settle_window", "not live in projection; seen recently",
                latest + settings.settle_window)
     elif known_deleted:
-        # Listed again after a delete (nova's restore of a soft-deleted server): the platform's last
+        # Listed again after a delete (the restore of a soft-deleted server): the platform's last
         # change, when it is after our delete, is the restore; otherwise only the poll time is known.
         assert p is not None
         restored = item.updated_at is not None and p.last_event_at < item.updated_at <= now
@@ -460,16 +456,16 @@ def _diff_listed(item: ListedResource, p: ProjectedResource | None, settle_from:
         outcome.corrections += 1
         outcome.stuck_transition += stuck is not None
     else:
-        start = life_start(rtype, item.created_at, item.started_at)
+        start = life_start(item.created_at, item.started_at)
         # A resource whose history has events (``unborn``: its create lost) may have kept what
-        # its size was before a change; an instance's past is read from its actions (``redate``).
+        # its size was before a change; an instance's past is read from the platform's record (``redate``).
         basis = None if stuck is not None else Basis(
             p.last_event_at if p is not None else None, item.updated_at, item.created_at)
         result.corrections.append(Correction("create", rtype, rid, start, item.project_id, item.size,
                                              "not in projection" + (f"; {stuck}" if stuck else ""),
                                              stuck=stuck is not None, status=status,
                                              # a resource with history has its request there already
-                                             # (the collector keeps nova's create.start)
+                                             # (the collector keeps the platform's create.start)
                                              requested_at=_requested(item.created_at, start) if p is None else None,
                                              basis=basis))
         outcome.corrections += 1
@@ -477,7 +473,7 @@ def _diff_listed(item: ListedResource, p: ProjectedResource | None, settle_from:
 
 
 def shown_status(item: ListedResource) -> str | None:
-    """The platform status a listing shows, as events carry it: lower-cased (nova's API says
+    """The platform status a listing shows, as events carry it: lower-cased (the API says
     ``SHUTOFF``, its notifications' status is ``shutoff``); None when it shows none."""
     return item.status.lower() or None if item.status else None
 
@@ -509,7 +505,7 @@ def _recover(gone: Iterable[DeletedResource], by_type: Mapping[str, Mapping[str,
             if outcome is not None:
                 outcome.deferred += 1
             continue
-        start = min(life_start(d.resource_type, d.created_at, d.started_at), d.deleted_at)
+        start = min(life_start(d.created_at, d.started_at), d.deleted_at)
         # The deleted listing shows the deletion, rarely the life before it: a status it does not
         # show is marked unknowable, never left empty (every meter would bill it silently).
         why = "created and deleted between runs"
@@ -523,7 +519,7 @@ def _recover(gone: Iterable[DeletedResource], by_type: Mapping[str, Mapping[str,
 
 
 def wants_actions(corrections: Iterable[Correction]) -> list[str]:
-    """The instances whose corrections nova's actions date (``redate``): a status or flavor
+    """The instances whose corrections the platform's record of actions dates (``redate``): a status or flavor
     difference, or a lifecycle reconciliation opens. Nothing else is asked about."""
     return sorted({c.resource_id for c in corrections
                    if c.resource_type in STATUS_TYPES and c.basis is not None and c.step == 0
@@ -543,109 +539,74 @@ def older_size(kept: Sequence[KeptUpdate], start: datetime, before: datetime | N
 
     Without ``before``: the earliest kept update with a size after ``start`` — an update that does
     not resize carries the size it had before too (known); a resize says only the new one (its
-    size, unknown). With ``before`` (an instance resized then, per nova's actions): the last kept
+    size, unknown). With ``before`` (an instance resized then, per the platform's record): the last kept
     update before it that is not a resize (known), else unknown. (None, True): nothing kept.
     """
     sized = sorted((k for k in kept if k.size is not None and k.occurred_at > start
                     and (before is None or k.occurred_at < before)), key=lambda k: k.occurred_at)
     if before is not None:
-        plain = [k for k in sized if k.event_type not in RESIZE_EVENT_TYPES]
+        plain = [k for k in sized if not k.resizes]
         return (plain[-1].size, True) if plain else (None, False)
     if not sized:
         return None, True
-    return sized[0].size, sized[0].event_type not in RESIZE_EVENT_TYPES
+    return sized[0].size, not sized[0].resizes
 
 
-def redate(corrections: Sequence[Correction], actions: Mapping[str, Sequence[InstanceAction]] | None,
-           kept: Mapping[tuple[str, str], Sequence[KeptUpdate]], polls: Mapping[str, datetime],
-           now: datetime) -> list[Correction]:
-    """The corrections dated by the platform's own record (``core/actions.py``).
+class Dating(Protocol):
+    """How a platform's own record of what was done to its resources (a server's actions) dates
+    reconciliation's corrections. A provider that keeps such a record gives one (``redate``)."""
 
-    ``actions`` holds nova's actions per server asked about (None: the adapter offers none, so
-    nothing is redated by them); ``kept`` the updates kept in the history of resources created
-    now. A status or flavor update is dated by the action that explains it, the server's
-    ``updated``, else the poll (split in two when status and flavor were changed apart); a
-    lifecycle opened for an instance gets its past from its actions (``actions.history``); a
-    create whose history kept updates starts on the size they say it had before, or is marked
-    ``size_unknown``.
+    def date_update(self, c: Correction, basis: Basis, record: Sequence[Any], poll: datetime
+                    ) -> list[Correction]:
+        """A status or flavor update dated by the record (split in two when changed apart)."""
+        ...
+
+    def with_past(self, c: Correction, basis: Basis, record: Sequence[Any], kept: Sequence[KeptUpdate],
+                  poll: datetime) -> list[Correction]:
+        """A lifecycle opened now, with its past as the record tells it."""
+        ...
+
+
+def redate(corrections: Sequence[Correction], dating: Dating | None,
+           records: Mapping[str, Sequence[Any]] | None, kept: Mapping[tuple[str, str], Sequence[KeptUpdate]],
+           polls: Mapping[str, datetime], now: datetime) -> list[Correction]:
+    """The corrections dated by the platform's own record.
+
+    ``records`` holds the record per resource asked about (None: the adapter keeps none, so
+    nothing is dated by one; then ``dating`` is not used); ``kept`` the updates kept in the history
+    of resources created now. A status or flavor update is dated by ``dating``; a lifecycle opened
+    for a resource the record speaks of gets its past from it; a create whose history kept updates
+    starts on the size they say it had before, or is marked ``size_unknown``.
     """
+    if records is not None and dating is None:
+        raise ValueError("records to date by, but no rule to date them with")
     out: list[Correction] = []
     for c in corrections:
         if c.basis is None:
             out.append(c)
             continue
         poll = polls.get(c.resource_type, now)
-        found = actions.get(c.resource_id) if actions is not None and c.resource_type in STATUS_TYPES else None
+        found = records.get(c.resource_id) if records is not None and c.resource_type in STATUS_TYPES else None
         if c.action == "update":
-            out.extend(_dated_update(c, c.basis, found, poll) if actions is not None else [_plain(c)])
-        elif found is not None:
-            out.extend(_past(c, c.basis, found, kept.get((c.resource_type, c.resource_id), ()), poll))
+            out.extend(dating.date_update(c, c.basis, found or (), poll) if dating is not None and records is not None
+                       else [plain(c)])
+        elif found is not None and dating is not None:
+            out.extend(dating.with_past(c, c.basis, found, kept.get((c.resource_type, c.resource_id), ()), poll))
         else:
             out.append(_sized_from_kept(c, kept.get((c.resource_type, c.resource_id), ())))
     return out
 
 
-def _plain(c: Correction) -> Correction:
+def plain(c: Correction) -> Correction:
+    """The correction as planned: nothing left to date it by."""
     return dataclasses.replace(c, basis=None)
-
-
-def _said(d: nova_actions.Dated) -> str:
-    if d.by == "action":
-        return f"; dated by nova's {d.action} action {d.request_id}"
-    return "; dated by the platform's updated" if d.by == "updated" else "; dated at the poll"
-
-
-def _dated_update(c: Correction, b: Basis, found: Sequence[InstanceAction] | None, poll: datetime
-                  ) -> list[Correction]:
-    done = found or ()
-    if c.project_id != b.prior_project:  # a project change has no action of its own: at the poll
-        return [dataclasses.replace(c, basis=None, dated_by="poll")]
-    status = (nova_actions.date_status(done, c.status, observed=b.observed, updated=b.updated, poll=poll)
-              if b.status_differs else None)
-    flavor = (nova_actions.date_flavor(done, observed=b.observed, updated=b.updated, poll=poll)
-              if b.size_differs else None)
-    if status is None or flavor is None or status.at == flavor.at:
-        d = status if flavor is None or (status is not None and status.by == "action") else flavor
-        assert d is not None
-        return [dataclasses.replace(c, occurred_at=d.at, dated_by=d.by, why=c.why + _said(d), basis=None)]
-    # changed apart (a resize, then a stop): the earlier change first, the other after it
-    first_is_status = status.at < flavor.at
-    first, second = (status, flavor) if first_is_status else (flavor, status)
-    early = dataclasses.replace(c, occurred_at=first.at, dated_by=first.by, why=c.why + _said(first), basis=None,
-                                size=b.prior_size if first_is_status else c.size,
-                                status=c.status if first_is_status else b.prior_status)
-    late = dataclasses.replace(c, occurred_at=second.at, dated_by=second.by, why=c.why + _said(second),
-                               basis=None, step=1)
-    return [early, late]
-
-
-def _past(c: Correction, b: Basis, found: Sequence[InstanceAction], kept: Sequence[KeptUpdate], poll: datetime
-          ) -> list[Correction]:
-    """A lifecycle opened for an instance, with its past as nova's actions tell it."""
-    resizes = [a.done_at for a in found if a.action in nova_actions.FLAVOR_ACTIONS and not a.failed]
-    launched = nova_actions.launch(found, c.occurred_at)
-    older, _ = older_size(kept, launched, min(resizes)) if resizes and kept else (None, False)
-    past = nova_actions.history(found, launched_at=c.occurred_at, shown=c.status, size=c.size or {},
-                                size_before=older, updated=b.updated, poll=poll)
-    why = c.why + ("; its past from nova's instance actions" if past.steps or past.start != c.occurred_at else "")
-    if past.size_unknown:
-        why += "; resized before, the flavor before unknown: the listed one"
-    out = [dataclasses.replace(
-        c, occurred_at=past.start, size=past.size, status=past.status, why=why, basis=None,
-        size_unknown=past.size_unknown,
-        requested_at=c.requested_at if c.requested_at is not None and c.requested_at < past.start else None)]
-    for n, step in enumerate(past.steps, start=1):
-        out.append(Correction("update", c.resource_type, c.resource_id, step.at, c.project_id, step.size,
-                              "earlier history" + _said(step.dated), status=step.status, dated_by=step.dated.by,
-                              step=n))
-    return out
 
 
 def _sized_from_kept(c: Correction, kept: Sequence[KeptUpdate]) -> Correction:
     """A create whose history kept updates: on the size they say it had (or marked unknown)."""
     older, known = older_size(kept, c.occurred_at)
     if older is None or (known and older == c.size):
-        return _plain(c)
+        return plain(c)
     why = c.why + ("; on the size its kept history gives before" if known
                    else "; size before its first kept resize unknown: the earliest size kept")
     return dataclasses.replace(c, size=older, size_unknown=not known, why=why, basis=None)
@@ -683,10 +644,10 @@ REQUEST_EVENT_TYPE = "sync.create.start"
 
 
 def request_notes(cloud: str, run_key: str, corrections: Iterable[Correction]) -> list[dict[str, Any]]:
-    """For each create dated later than the platform's request (nova: launched after created), a
+    """For each create dated later than the platform's request (a server launched after it), a
     ``sync.create.start`` note at the request: a note changes no state and no meter reads it, so the
     time between request and launch is in the history and never billed, as the collector keeps
-    nova's ``create.start``."""
+    the platform's ``create.start``."""
     notes = []
     for c in corrections:
         if c.action != "create" or c.requested_at is None:

@@ -29,7 +29,7 @@ class RegistryError(TallyError, ValueError):
     """A type definition that cannot be used (bad JSON Schema, bad meter)."""
 
 
-#: A platform status as a billing policy names it: as events carry it (nova's and reconciliation's
+#: A platform status as a billing policy names it: as events carry it (the platform's and reconciliation's
 #: are lower-case), and never with a comma (the SQL meters match it inside a comma-joined list).
 STATUS_NAME = r"^[^,\s]{1,64}$"
 

@@ -15,7 +15,7 @@ _REQUEST_ID = re.compile(r"\s*\(Request-ID: (req-[0-9A-Za-z-]+)\)")
 
 
 def cause_of(reason: str | None) -> tuple[str | None, list[str]]:
-    """A failed type's reason without its request ids, and those ids: two types refused by keystone
+    """A failed type's reason without its request ids, and those ids: two types refused by the identity service
     for the same reason have the same cause and differ only by the request ids."""
     if reason is None:
         return None, []
@@ -56,12 +56,12 @@ class TypeSummary:
     never_ran: dict[str, int] = field(default_factory=dict)  # failed builds not billed, by why
     stuck_transition: int = 0
     restarts: int = 0
-    #: What dated each stored status or size correction (``sync.update``): ``action`` (nova's instance
+    #: What dated each stored status or size correction (``sync.update``): ``action`` (the platform's recorded
     #: actions), ``updated`` (the platform's last change), ``poll`` (nothing better known).
     dated_by: dict[str, int] = field(default_factory=dict)
     #: Lifecycles opened on a size not known before a resize (nothing kept says the older one).
     size_unknown: int = 0
-    #: Resources whose platform record of actions was asked for (nova: os-instance-actions), and
+    #: Resources whose platform record of actions was asked for (a server's recorded actions), and
     #: those not asked for because the run's bound on them was reached.
     actions_asked: int = 0
     actions_not_asked: int = 0

@@ -74,7 +74,7 @@ from tally_pipeline.fakes.openstack_model import (
     Token,
     User,
 )
-from tally_pipeline.sim.platform import FailureMode, PlatformRecord, PlatformView
+from tally_pipeline.providers.simulated.platform import FailureMode, PlatformRecord, PlatformView
 
 __all__ = ["CINDER_MAX", "FakeAction", "DOMAIN", "RESOURCE_TYPES", "SERVICES", "FakeOpenStack", "Fault", "FaultKind",
            "RecordedRequest", "Service", "Token", "User"]

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 from tally_pipeline.fakes import openstack_json as render
 from tally_pipeline.fakes import openstack_show
 from tally_pipeline.fakes.openstack_model import CINDER_MAX, DOMAIN, SERVICES, Fault, RecordedRequest, Service, Token
-from tally_pipeline.sim.platform import PlatformRecord, in_down_cell
+from tally_pipeline.providers.simulated.platform import PlatformRecord, in_down_cell
 
 if TYPE_CHECKING:
     from tally_pipeline.fakes.openstack import FakeOpenStack

@@ -13,7 +13,7 @@ import uuid
 from datetime import UTC, datetime
 from typing import Any
 
-from tally_pipeline.sim.platform import PlatformRecord
+from tally_pipeline.providers.simulated.platform import PlatformRecord
 
 NOVA_FLAVOR_MICROVERSION = (2, 47)
 

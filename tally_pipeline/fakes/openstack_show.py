@@ -13,7 +13,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from tally_pipeline.fakes import openstack_json as render
-from tally_pipeline.sim.platform import PlatformRecord, PlatformView
+from tally_pipeline.providers.simulated.platform import PlatformRecord, PlatformView
 
 #: Nova answers minimal records for servers of a down cell from this microversion on.
 DOWN_CELL_MICROVERSION = (2, 69)

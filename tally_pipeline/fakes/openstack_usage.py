@@ -24,7 +24,7 @@ from typing import Any
 
 from tally_pipeline.core.errors import TallyError
 from tally_pipeline.fakes.openstack_json import launched_at
-from tally_pipeline.sim.platform import PlatformRecord
+from tally_pipeline.providers.simulated.platform import PlatformRecord
 
 #: nova's ``[api] max_limit``.
 MAX_LIMIT = 1000

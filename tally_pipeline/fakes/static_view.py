@@ -6,8 +6,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import datetime
 
+from tally_pipeline.providers.simulated.platform import FailureMode, PlatformRecord
 from tally_pipeline.schemas import default_registry
-from tally_pipeline.sim.platform import FailureMode, PlatformRecord
 
 RESOURCE_TYPES = default_registry().in_order
 

@@ -31,7 +31,7 @@ from tally_pipeline.store import asset_reads
 from tally_pipeline.store.base import RejectedEntry
 
 if TYPE_CHECKING:
-    from tally_pipeline.adapters.base import PlatformAdapter
+    from tally_pipeline.providers.interface import PlatformAdapter
     from tally_pipeline.services.ledger.daily import DailyResult
     from tally_pipeline.services.ledger.poster import CycleResult
     from tally_pipeline.services.ledger.verify import Verification

@@ -12,6 +12,7 @@ from tally_pipeline.core import alerts as rules
 from tally_pipeline.core.platform import INSUFFICIENT_SCOPE
 from tally_pipeline.core.timeutil import to_utc
 from tally_pipeline.core.type_summary import summaries_from_json
+from tally_pipeline.providers.openstack import SERVICE_OF_TYPE, SILENT_SERVICE_HINT
 from tally_pipeline.store import asset_reads, ledger_records, sync_runs, type_activity
 from tally_pipeline.store.base import Store
 
@@ -63,7 +64,7 @@ def latest_corrections(store: Store) -> list[rules.LatestCorrections]:
 def latest_dating(store: Store) -> list[tuple[str, str, str, int]]:
     """Each cloud's latest reconciled sync: per type, what dated its status and size corrections
     (``action``, ``updated``, ``poll``: every source, zero included), as (cloud, type, source, count)."""
-    from tally_pipeline.core.actions import DATED_BY
+    from tally_pipeline.core.platform import DATED_BY
 
     out: list[tuple[str, str, str, int]] = []
     for cloud, _, per_type, rank in sync_runs.latest_reconciled_runs(store):
@@ -102,5 +103,5 @@ def evaluate(store: Store, clouds: list[str], now: datetime, settings: rules.Ale
         "drift_high": rules.drift_high(runs, settings),
         "ledger_entities_skipped": rules.ledger_entities_skipped(ledger_skips(store)),
         "service_events_silent": rules.service_events_silent(latest_corrections(store), last_type_activity(store),
-                                                             clouds, settings),
+                                                             clouds, settings, SERVICE_OF_TYPE, SILENT_SERVICE_HINT),
     }

@@ -24,7 +24,11 @@ from typing import Any
 
 import orjson
 
-from tally_pipeline.adapters.base import (
+from tally_pipeline.core import reconcile as rules
+from tally_pipeline.core.errors import TallyError
+from tally_pipeline.core.timeutil import to_utc
+from tally_pipeline.core.type_summary import TypeSummary, grouped_causes
+from tally_pipeline.providers.interface import (
     RUN_TIME_BOUND,
     Confirmation,
     DeletedListing,
@@ -33,11 +37,6 @@ from tally_pipeline.adapters.base import (
     TypeListing,
     list_type,
 )
-from tally_pipeline.core import reconcile as rules
-from tally_pipeline.core.actions import InstanceAction
-from tally_pipeline.core.errors import TallyError
-from tally_pipeline.core.timeutil import to_utc
-from tally_pipeline.core.type_summary import TypeSummary, grouped_causes
 from tally_pipeline.services import projection
 from tally_pipeline.services.ingest import Ingestor
 from tally_pipeline.store import resource_reads
@@ -325,7 +324,7 @@ def _confirm(adapter: PlatformAdapter, pending: list[rules.Correction], asked: d
 class _Lookups:
     """The instance actions read this run (asked once per server), and what the bound left unasked."""
 
-    found: dict[str, list[InstanceAction]] = field(default_factory=dict)
+    found: dict[str, list[Any]] = field(default_factory=dict)
     asked: set[str] = field(default_factory=set)
     not_asked: set[str] = field(default_factory=set)
 
@@ -335,8 +334,9 @@ class _Lookups:
         return {"instance": (len(self.asked), len(self.not_asked - self.asked))}
 
 
-def _kept_updates(store: Store, cloud: str, rtype: str, rid: str) -> list[rules.KeptUpdate]:
-    """The updates a resource's history kept before reconciliation creates it."""
+def _kept_updates(store: Store, cloud: str, rtype: str, rid: str, resizes: frozenset[str]) -> list[rules.KeptUpdate]:
+    """The updates a resource's history kept before reconciliation creates it (``resizes``: the
+    event types that change its size, as its provider names them)."""
     names = resource_reads.HISTORY_COLUMNS
     kept = []
     for row in resource_reads.resource_history(store, (cloud, rtype, rid)):
@@ -347,19 +347,22 @@ def _kept_updates(store: Store, cloud: str, rtype: str, rid: str) -> list[rules.
         payload = orjson.loads(payload) if isinstance(payload, str | bytes) else payload
         size = payload.get("size") if isinstance(payload, dict) else None
         kept.append(rules.KeptUpdate(to_utc(event["occurred_at"]), event["event_type"],
-                                     size if isinstance(size, dict) else None))
+                                     size if isinstance(size, dict) else None,
+                                     resizes=event["event_type"] in resizes))
     return kept
 
 
 def _redated(store: Store, cloud: str, adapter: PlatformAdapter, corrections: list[rules.Correction],
              polls: dict[str, datetime], run: SyncRun, deadline: float | None, lookups: _Lookups
              ) -> list[rules.Correction]:
-    """The corrections dated by the platform's own record (``core.reconcile.redate``): nova's instance
-    actions of the servers corrected (read once per run, at most ``MAX_ACTION_LOOKUPS``), and the
-    updates kept in the history of resources created now."""
+    """The corrections dated by the platform's own record (``core.reconcile.redate``): the recorded
+    actions of the servers corrected, where the adapter reads them (``instance_actions``, with its
+    ``dating``; read once per run, at most ``MAX_ACTION_LOOKUPS``), and the updates kept in the
+    history of resources created now."""
     ask = getattr(adapter, "instance_actions", None)
-    actions: dict[str, list[InstanceAction]] | None = None
-    if ask is not None:
+    dating: rules.Dating | None = getattr(adapter, "dating", None)
+    actions: dict[str, list[Any]] | None = None
+    if ask is not None and dating is not None:
         wanted = [sid for sid in rules.wants_actions(corrections) if sid not in lookups.asked]
         room = max(0, MAX_ACTION_LOOKUPS - len(lookups.asked))
         lookups.not_asked.update(wanted[room:])
@@ -372,8 +375,9 @@ def _redated(store: Store, cloud: str, adapter: PlatformAdapter, corrections: li
                                      deadline=deadline))
             lookups.asked.update(wanted)
         actions = lookups.found
-    kept = {key: _kept_updates(store, cloud, *key) for key in rules.born_unseen(corrections)}
-    return rules.redate(corrections, actions, kept, polls, run.poll_time)
+    resizes: frozenset[str] = getattr(adapter, "resize_event_types", frozenset())
+    kept = {key: _kept_updates(store, cloud, *key, resizes) for key in rules.born_unseen(corrections)}
+    return rules.redate(corrections, dating, actions, kept, polls, run.poll_time)
 
 
 def _reconcile(store: Store, ingestor: Ingestor, adapter: PlatformAdapter, run: SyncRun, settings: rules.Settings,

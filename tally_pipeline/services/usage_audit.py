@@ -2,7 +2,7 @@
 
 Reads nova's ``os-simple-tenant-usage`` (``adapters.openstack_usage``), the cloud's server intervals,
 checkpoints, ledger balance and deferrals (``store.usage_audits``, ``services.ledger.verify``), lets
-``core.usage_audit`` compare them, and keeps the verdict in ``usage_audits`` (for ``/metrics`` and
+``providers.openstack.usage_audit`` compare them, and keeps the verdict in ``usage_audits`` (for ``/metrics`` and
 the alert). The projection is folded first, as every reader does.
 """
 
@@ -17,7 +17,7 @@ from decimal import Decimal
 from typing import Any
 
 from tally_pipeline.config import AuditSettings
-from tally_pipeline.core import usage_audit as rules
+from tally_pipeline.providers.openstack import usage_audit as rules
 from tally_pipeline.core.registry import SizeSchemaRegistry
 from tally_pipeline.core.usage import Interval, to_micro, to_units
 from tally_pipeline.store import usage_audits
@@ -102,7 +102,7 @@ def audit_usage(store: Store, registry: SizeSchemaRegistry, cloud: str, adapter:
 
     An audit that cannot be made (nova unreadable, an empty window) is an ``error`` run with its reason,
     kept too: the check and the alert are red on it, never silently green."""
-    from tally_pipeline.adapters.openstack_usage import read_usage
+    from tally_pipeline.providers.openstack.usage import read_usage
     from tally_pipeline.services.projection import refresh
 
     now = _utc(now or datetime.now(UTC))
@@ -127,7 +127,7 @@ def audit_usage(store: Store, registry: SizeSchemaRegistry, cloud: str, adapter:
             settings=rules.AuditSettings(Decimal(str(settings.tolerance_hours)), Decimal(str(settings.tolerance_ratio)),
                                          settings.rounding_seconds))
     except Exception as exc:  # noqa: BLE001 - recorded as an error audit, with its reason
-        from tally_pipeline.adapters.base import AdapterError
+        from tally_pipeline.providers.interface import AdapterError
 
         if not isinstance(exc, AdapterError | rules.AuditError):
             raise

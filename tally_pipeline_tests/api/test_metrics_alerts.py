@@ -10,14 +10,14 @@ import pytest
 import yaml
 from starlette.testclient import TestClient
 
-from tally_pipeline.adapters.simulated import SimulatedAdapter
 from tally_pipeline.api.app import ApiContext, create_app
 from tally_pipeline.core.alerts import AlertSettings
 from tally_pipeline.fakes.static_view import StaticView
+from tally_pipeline.providers.simulated.adapter import SimulatedAdapter
+from tally_pipeline.providers.simulated.platform import PlatformRecord
 from tally_pipeline.runtime import Runtime
 from tally_pipeline.services import alerts
 from tally_pipeline.services.reconciliation import run_sync
-from tally_pipeline.sim.platform import PlatformRecord
 from tally_pipeline_tests.events import event
 
 pytestmark = pytest.mark.slow  # a real process or a long property search per test

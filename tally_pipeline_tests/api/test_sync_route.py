@@ -32,7 +32,7 @@ from tally_pipeline.bench.serve_process import ServeProcess
 from tally_pipeline.cli import main
 from tally_pipeline.fakes.openstack import FakeOpenStack
 from tally_pipeline.fakes.static_view import RESOURCE_TYPES, StaticView
-from tally_pipeline.sim.platform import PlatformRecord
+from tally_pipeline.providers.simulated.platform import PlatformRecord
 from tally_pipeline.store import open_store
 from tally_pipeline_tests.faults import migrate, wait_until
 

@@ -28,11 +28,11 @@ from tally_pipeline.bench.collector_process import CollectorProcess
 from tally_pipeline.bench.oslo_bus import PoolListener, ServicePublishers
 from tally_pipeline.bench.serve_process import ServeProcess
 from tally_pipeline.collector.buffer import buffer_status
-from tally_pipeline.collector.openstack import Unmapped, map_notification
 from tally_pipeline.config import CollectorSettings
 from tally_pipeline.core.timeutil import parse_rfc3339
-from tally_pipeline_tests.collector.openstack_samples import sample, service_samples, versioned_sample
+from tally_pipeline.providers.openstack.notifications import Unmapped, map_notification
 from tally_pipeline_tests.faults import TOKEN, migrate, tokens_file, wait_until
+from tally_pipeline_tests.providers.openstack.notification_samples import sample, service_samples, versioned_sample
 from tally_pipeline_tests.rabbit import EXCHANGE_OF, EXCHANGES, TOPICS, VHost
 from tally_pipeline_tests.tmpfs import small_disk
 

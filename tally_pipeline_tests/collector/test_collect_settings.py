@@ -144,7 +144,7 @@ def test_volume_type_names_come_from_the_clouds_cinder_when_the_config_knows_the
     from tally_pipeline.commands.collect import volume_type_names
     from tally_pipeline.config import OpenStackCloud, SimulatedCloud
     from tally_pipeline.fakes.openstack_json import volume_type_id
-    from tally_pipeline_tests.adapters.openstack_cloud import config, running_fake
+    from tally_pipeline_tests.providers.openstack.openstack_cloud import config, running_fake
 
     with running_fake() as fake:
         entry = config(fake)

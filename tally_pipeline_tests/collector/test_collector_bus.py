@@ -24,8 +24,8 @@ from tally_pipeline.collector.client import Collector
 from tally_pipeline.collector.intake import read_message
 from tally_pipeline.collector.metrics import CollectorMetrics
 from tally_pipeline.collector.transport import broker_of
-from tally_pipeline_tests.collector.openstack_samples import sample
 from tally_pipeline_tests.faults import wait_until
+from tally_pipeline_tests.providers.openstack.notification_samples import sample
 from tally_pipeline_tests.rabbit import EXCHANGE_OF, EXCHANGES, TOPICS, VHost, rabbitmqctl
 
 NOWHERE = "http://127.0.0.1:9"  # the sender is never started here: what is buffered stays buffered

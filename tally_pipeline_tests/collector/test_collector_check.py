@@ -19,10 +19,10 @@ from tally_pipeline.bench.collector_process import CollectorProcess
 from tally_pipeline.bench.oslo_bus import ServicePublishers
 from tally_pipeline.cli import main
 from tally_pipeline.collector.health import ServiceHearing, hearing
-from tally_pipeline_tests.adapters.openstack_cloud import running_fake
-from tally_pipeline_tests.adapters.sync_cli import write_config
-from tally_pipeline_tests.collector.openstack_samples import sample
 from tally_pipeline_tests.faults import wait_until
+from tally_pipeline_tests.providers.openstack.notification_samples import sample
+from tally_pipeline_tests.providers.openstack.openstack_cloud import running_fake
+from tally_pipeline_tests.providers.openstack.sync_cli import write_config
 from tally_pipeline_tests.rabbit import VHost, rabbitmqctl
 
 CLOUD = "region-one"

@@ -22,8 +22,8 @@ from tally_pipeline.bench.collector_process import CollectorProcess
 from tally_pipeline.bench.oslo_bus import ServicePublishers
 from tally_pipeline.bench.serve_process import ServeProcess
 from tally_pipeline.cli import main
-from tally_pipeline_tests.collector.openstack_samples import sample
 from tally_pipeline_tests.faults import TOKEN, migrate, tokens_file, wait_until
+from tally_pipeline_tests.providers.openstack.notification_samples import sample
 from tally_pipeline_tests.rabbit import SERVICES, VHost
 
 CLOUD = "region-one"

@@ -19,8 +19,8 @@ from tally_pipeline.collector.intake import (
     raw_text,
     read_message,
 )
-from tally_pipeline.collector.openstack import map_notification
-from tally_pipeline_tests.collector.openstack_samples import sample, versioned_sample
+from tally_pipeline.providers.openstack.notifications import map_notification
+from tally_pipeline_tests.providers.openstack.notification_samples import sample, versioned_sample
 
 
 def envelope(message: dict[str, Any]) -> bytes:

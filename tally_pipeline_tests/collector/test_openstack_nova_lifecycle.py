@@ -21,11 +21,11 @@ from typing import Any
 
 import pytest
 
-from tally_pipeline.collector.openstack import Unmapped, map_notifications
+from tally_pipeline.providers.openstack.notifications import Unmapped, map_notifications
 from tally_pipeline.services import projection, queries
 from tally_pipeline.services.ingest import Ingestor
 from tally_pipeline.services.ledger.usage import cumulative_usage
-from tally_pipeline_tests.collector.openstack_samples import sample, versioned_sample
+from tally_pipeline_tests.providers.openstack.notification_samples import sample, versioned_sample
 
 CLOUD = "region-one"
 SERVER = "3f0c6a1e-8d2b-4c5a-9e7f-1a2b3c4d5e6f"
@@ -233,7 +233,7 @@ def test_the_request_is_kept_in_the_history_and_billing_starts_at_the_launch(sto
 def test_a_server_deleted_while_building_is_not_billed_by_the_collector(store, registry) -> None:
     """create.start then delete.end, no create.end: a note and a delete of nothing. (Nova still stamps
     launched_at a second before terminated_at; reconciliation recovers that second from its deleted
-    listing, as nova's usage bills it: tally_pipeline_tests/adapters/test_openstack_clocks.py.)"""
+    listing, as nova's usage bills it: tally_pipeline_tests/providers/openstack/test_clocks.py.)"""
     gone = versioned_sample("instance-delete-end", message_id="del-0", timestamp=_oslo(T0 + timedelta(seconds=2)),
                             uuid=SERVER, tenant_id=PROJECT, terminated_at=T0.strftime("%Y-%m-%dT%H:%M:%SZ"),
                             deleted_at=(T0 + timedelta(seconds=1)).strftime("%Y-%m-%dT%H:%M:%SZ"))
@@ -247,7 +247,7 @@ def test_a_resize_preparation_is_stored_on_the_flavor_the_server_still_runs_on()
     """Nova's legacy ``resize.prep.end`` carries the current flavor as ``instance_type`` and the target as
     ``new_instance_type``: stored as an update on the current (older) one, which is what reconciliation
     needs when the create was lost and the resize itself says only the new flavor."""
-    from tally_pipeline.collector.openstack import map_notification
+    from tally_pipeline.providers.openstack.notifications import map_notification
 
     message = copy.deepcopy(sample("nova/legacy/compute.instance.finish_resize.end.json"))
     message["payload"].update(state="active", instance_type="m1.tiny", vcpus=1, memory_mb=512, root_gb=1,

@@ -22,11 +22,11 @@ from typing import Any
 
 import pytest
 
-from tally_pipeline.collector.openstack import map_notification, map_notifications
+from tally_pipeline.providers.openstack.notifications import map_notification, map_notifications
 from tally_pipeline.services import projection, queries
 from tally_pipeline.services.ingest import Ingestor
-from tally_pipeline_tests.collector.openstack_samples import sample, versioned_sample
 from tally_pipeline_tests.collector.test_openstack_nova_lifecycle import CLOUD, LAG, PROJECT, SERVER, T0, TINY, _oslo
+from tally_pipeline_tests.providers.openstack.notification_samples import sample, versioned_sample
 
 H = timedelta(hours=1)
 # (action, message time, vm_state in the payload after it, the API status we expect)

@@ -9,8 +9,8 @@ import pytest
 
 from tally_pipeline.core.platform import DeletedListing, DeletedResource, Enumerated
 from tally_pipeline.core.reconcile import Settings, plan
-from tally_pipeline.core.scope import Credentials, listing_scope
-from tally_pipeline.core.transitions import never_ran
+from tally_pipeline.providers.openstack.scope import Credentials, listing_scope
+from tally_pipeline.providers.openstack.statuses import never_ran
 from tally_pipeline_tests.core.test_reconcile_rules import known, listed
 
 NOW = datetime(2026, 3, 2, 12, 0, tzinfo=UTC)

@@ -69,9 +69,9 @@ def test_a_format_error_is_caught_by_the_fast_engine(tmp_path) -> None:
 def test_packaged_types_in_generation_order_and_everyone_uses_it() -> None:
     """The five types come from the schemas, in their declared order: the simulator, both OpenStack
     sides and the config's validators read that one list (a seed's events depend on the order)."""
-    from tally_pipeline.adapters.openstack import RESOURCE_TYPES as adapter_types
     from tally_pipeline.fakes.openstack_model import RESOURCE_TYPES as fake_types
-    from tally_pipeline.sim.spec import SIMULATED_TYPES, default_profiles
+    from tally_pipeline.providers.openstack.adapter import RESOURCE_TYPES as adapter_types
+    from tally_pipeline.providers.simulated.spec import SIMULATED_TYPES, default_profiles
 
     order = load_registry().in_order
     assert order == ("instance", "volume", "floating_ip", "image", "load_balancer")

@@ -6,13 +6,20 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from tally_pipeline.core.alerts import AlertSettings, LatestCorrections, TypeActivity, service_events_silent
+from tally_pipeline.core.alerts import AlertSettings, Condition, LatestCorrections, TypeActivity, service_events_silent
 from tally_pipeline.core.type_summary import TypeSummary
+from tally_pipeline.providers.openstack import SERVICE_OF_TYPE, SILENT_SERVICE_HINT
 
 NOW = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
 PREVIOUS = NOW - timedelta(minutes=10)
 S = AlertSettings()  # drift_warmup_syncs = 2
 
+
+
+def silent(latest: list[LatestCorrections], activity: list[TypeActivity], clouds: set[str], s: AlertSettings
+           ) -> Condition:
+    """The condition as the alert service evaluates it, with OpenStack's services and hint."""
+    return service_events_silent(latest, activity, clouds, s, SERVICE_OF_TYPE, SILENT_SERVICE_HINT)
 
 def sync(cloud: str = "c1", nth: int = 3, previous: datetime | None = PREVIOUS, **corrections: int) -> LatestCorrections:
     return LatestCorrections(cloud, nth, NOW, previous, corrections or {"volume": 2, "instance": 0})
@@ -23,7 +30,7 @@ def seen(cloud: str = "c1", rtype: str = "instance", at: datetime = NOW - timede
 
 
 def test_fires_for_a_corrected_type_the_collector_never_carried() -> None:
-    condition = service_events_silent([sync()], [seen()], {"c1"}, S)
+    condition = silent([sync()], [seen()], {"c1"}, S)
     assert condition.firing and condition.alert == "TallyServiceEventsSilent" and condition.clouds == ("c1",)
     assert condition.details["c1"]["volume"]["corrections"] == 2
     assert condition.details["c1"]["volume"]["service"] == "cinder"
@@ -36,7 +43,7 @@ def test_fires_for_a_corrected_type_the_collector_never_carried() -> None:
                                                ("image", "glance"), ("load_balancer", "octavia")])
 def test_the_message_names_the_service_that_carries_the_type(rtype, service) -> None:
     other = "image" if rtype != "image" else "volume"
-    condition = service_events_silent([sync(**{rtype: 1})], [seen(rtype=other)], {"c1"}, S)
+    condition = silent([sync(**{rtype: 1})], [seen(rtype=other)], {"c1"}, S)
     assert condition.firing and f"no {rtype} event from {service} " in condition.message
 
 
@@ -46,41 +53,41 @@ def test_the_message_names_the_service_that_carries_the_type(rtype, service) -> 
     (PREVIOUS - timedelta(seconds=1), True),  # nothing since the sync before the one that corrected
 ])
 def test_silent_means_no_event_of_the_type_since_the_sync_before(last, firing) -> None:
-    condition = service_events_silent([sync()], [seen(), seen(rtype="volume", at=last)], {"c1"}, S)
+    condition = silent([sync()], [seen(), seen(rtype="volume", at=last)], {"c1"}, S)
     assert condition.firing is firing
     if firing:
         assert f"since {PREVIOUS.isoformat()} (last {last.isoformat()})" in condition.message
 
 
 def test_warm_up_syncs_are_not_judged() -> None:
-    warming = service_events_silent([sync(nth=2)], [seen()], {"c1"}, S)
+    warming = silent([sync(nth=2)], [seen()], {"c1"}, S)
     assert not warming.firing and "warming up (first syncs not judged): c1" in warming.message
-    assert service_events_silent([sync(nth=2)], [seen()], {"c1"}, AlertSettings(drift_warmup_syncs=1)).firing
+    assert silent([sync(nth=2)], [seen()], {"c1"}, AlertSettings(drift_warmup_syncs=1)).firing
 
 
 def test_a_cloud_without_collector_events_of_other_types_is_not_judged() -> None:
     # no collector at all: TallyCloudEventsSilent's business (or no collector configured)
-    assert not service_events_silent([sync()], [], {"c1"}, S).firing
-    assert not service_events_silent([sync()], [seen(cloud="c2")], {"c1"}, S).firing
+    assert not silent([sync()], [], {"c1"}, S).firing
+    assert not silent([sync()], [seen(cloud="c2")], {"c1"}, S).firing
     # the collector only ever carried volumes, and stopped: the whole collector is silent, not one service
-    assert not service_events_silent([sync()], [seen(rtype="volume", at=NOW - timedelta(days=1))], {"c1"}, S).firing
+    assert not silent([sync()], [seen(rtype="volume", at=NOW - timedelta(days=1))], {"c1"}, S).firing
 
 
 def test_only_configured_clouds_and_real_corrections() -> None:
-    assert not service_events_silent([sync(cloud="gone")], [seen(cloud="gone")], {"c1"}, S).firing
-    assert not service_events_silent([sync(volume=0)], [seen()], {"c1"}, S).firing
-    assert not service_events_silent([], [seen()], {"c1"}, S).firing
+    assert not silent([sync(cloud="gone")], [seen(cloud="gone")], {"c1"}, S).firing
+    assert not silent([sync(volume=0)], [seen()], {"c1"}, S).firing
+    assert not silent([], [seen()], {"c1"}, S).firing
 
 
 def test_without_a_sync_before_silence_means_never() -> None:
     s = AlertSettings(drift_warmup_syncs=0)
     first = sync(nth=1, previous=None)
-    assert service_events_silent([first], [seen()], {"c1"}, s).firing
-    assert not service_events_silent([first], [seen(), seen(rtype="volume", at=NOW - timedelta(days=9))], {"c1"}, s).firing
+    assert silent([first], [seen()], {"c1"}, s).firing
+    assert not silent([first], [seen(), seen(rtype="volume", at=NOW - timedelta(days=9))], {"c1"}, s).firing
 
 
 def test_each_cloud_and_type_is_judged_on_its_own() -> None:
-    condition = service_events_silent(
+    condition = silent(
         [sync(volume=3, image=1), sync(cloud="c2", volume=5)],
         [seen(), seen(rtype="image"), seen(cloud="c2")], {"c1", "c2"}, S)
     assert condition.clouds == ("c1", "c2")

@@ -9,14 +9,14 @@ from pathlib import Path
 import dagster as dg
 import pytest
 
-from tally_pipeline.adapters.simulated import SimulatedAdapter
 from tally_pipeline.definitions import build_definitions
 from tally_pipeline.defs.reconciliation.requests import follow_up_requests, reconciliation_requests
 from tally_pipeline.fakes.static_view import StaticView
 from tally_pipeline.orchestration.resources import Ledger, TallyStore
+from tally_pipeline.providers.simulated.adapter import SimulatedAdapter
+from tally_pipeline.providers.simulated.platform import PlatformRecord
 from tally_pipeline.runtime import Runtime
 from tally_pipeline.services.ingest import Ingestor
-from tally_pipeline.sim.platform import PlatformRecord
 from tally_pipeline.store import asset_reads
 
 pytestmark = pytest.mark.slow  # a real process or a long property search per test

@@ -12,8 +12,8 @@ from tally_pipeline.api.metrics import exposition, store_families
 from tally_pipeline.definitions import build_definitions
 from tally_pipeline.defs.ledger.usage_audit import check_name
 from tally_pipeline.orchestration.resources import Ledger, PlatformAdapters, TallyStore
-from tally_pipeline_tests.adapters.openstack_cloud import SDK_NOISE
-from tally_pipeline_tests.adapters.usage_audit_cloud import T2, agreeing, make
+from tally_pipeline_tests.providers.openstack.openstack_cloud import SDK_NOISE
+from tally_pipeline_tests.providers.openstack.usage_audit_cloud import T2, agreeing, make
 
 __all__ = ["make"]  # the fixture
 pytestmark = SDK_NOISE

@@ -17,12 +17,12 @@ from datetime import UTC, datetime, timedelta
 from click.testing import CliRunner
 
 from tally_pipeline.cli import main
-from tally_pipeline.collector.openstack import map_notifications
+from tally_pipeline.providers.openstack.notifications import map_notifications
 from tally_pipeline.schemas import default_registry
 from tally_pipeline.services import projection
 from tally_pipeline.services.ingest import Ingestor
 from tally_pipeline.store import open_store
-from tally_pipeline_tests.collector.openstack_samples import versioned_sample
+from tally_pipeline_tests.providers.openstack.notification_samples import versioned_sample
 
 T0 = datetime(2026, 3, 1, tzinfo=UTC)
 SERVER, PROJECT = "9a5f6a0c-1b2d-4e3f-8a7b-6c5d4e3f2a1b", "p-billing"

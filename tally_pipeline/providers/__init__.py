@@ -1,0 +1,27 @@
+"""Platform adapters: how reconciliation sees what a cloud really holds."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from tally_pipeline.providers.interface import PlatformAdapter
+    from tally_pipeline.providers.simulated.platform import PlatformView
+
+
+def adapter_for(cloud_name: str, cloud_config: Any, *, platform: PlatformView | None = None) -> PlatformAdapter:
+    """The adapter for one ``clouds:`` entry, chosen by its ``provider``.
+
+    Providers are imported on demand, so one provider's missing dependency never breaks another.
+    ``platform`` is for the ``simulated`` provider: list that view instead of generating one.
+    """
+    provider = getattr(cloud_config, "provider", None)
+    if provider == "simulated":
+        from tally_pipeline.providers.simulated.adapter import simulated_adapter
+
+        return simulated_adapter(cloud_name, cloud_config, platform=platform)
+    if provider == "openstack":
+        from tally_pipeline.providers.openstack.adapter import OpenStackAdapter
+
+        return OpenStackAdapter(cloud_name, cloud_config)
+    raise ValueError(f"cloud {cloud_name!r}: unknown provider {provider!r}")

@@ -29,7 +29,7 @@ from tally_pipeline.core.timeutil import format_rfc3339
 from tally_pipeline.providers.simulated.simulation import simulate_cloud
 
 from .faults import wait_until
-from .services import Service
+from .service_processes import Service
 
 ROOT = Path(__file__).resolve().parents[1]
 CLOUDS = ("east", "west")  # two: the per-cloud limit and clouds side by side, without a third's runs

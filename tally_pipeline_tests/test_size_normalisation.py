@@ -20,7 +20,7 @@ from tally_pipeline.services.landing import ingest_file
 from tally_pipeline.store import open_store
 from tally_pipeline_tests.api_setup import bearer, build_api, token_for
 from tally_pipeline_tests.events import event
-from tally_pipeline_tests.test_ingest_cloud_scope import _apply_up_to
+from tally_pipeline_tests.services.test_ingest_cloud_scope import _apply_up_to
 
 FLOAT_SIZE = '{"flavor_name": "m1", "vcpus": 2.0, "ram_mb": 1e1, "disk_gb": 20.000}'
 

@@ -15,7 +15,7 @@ import random
 import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from datetime import UTC, datetime
 from typing import Any, Literal
 from urllib.parse import urlsplit
@@ -53,8 +53,25 @@ TOO_LARGE = "event_too_large"
 DEFAULT_MAX_BODY = 5 * 1024 * 1024
 
 
+# Keyword-only, so that a subclass's own fields come first: ``SendResult("sent", stored=3)`` as before.
+@dataclass(kw_only=True)
+class DeliveryCounts:
+    """How the API answered the items sent: per send, and summed over a drain (the one list of counters both keep)."""
+
+    requests: int = 0
+    stored: int = 0
+    duplicates: int = 0
+    conflicts: int = 0
+    rejected: int = 0
+    rejected_locally: int = 0
+
+    def add_counts(self, other: DeliveryCounts) -> None:
+        for counter in fields(DeliveryCounts):
+            setattr(self, counter.name, getattr(self, counter.name) + getattr(other, counter.name))
+
+
 @dataclass
-class SendResult:
+class SendResult(DeliveryCounts):
     """What one ``send_once`` did.
 
     ``outcome``: ``empty`` (nothing to claim), ``sent`` (every claimed item settled), ``unavailable``
@@ -65,12 +82,6 @@ class SendResult:
 
     outcome: Outcome
     claimed: int = 0
-    requests: int = 0
-    stored: int = 0
-    duplicates: int = 0
-    conflicts: int = 0
-    rejected: int = 0
-    rejected_locally: int = 0
     kept: int = 0
     http_status: int | None = None
     retry_after: float | None = None
@@ -78,28 +89,17 @@ class SendResult:
 
 
 @dataclass
-class DrainReport:
+class DrainReport(DeliveryCounts):
     """What ``drain`` did, summed over its batches."""
 
     outcome: Outcome = "empty"
-    requests: int = 0
-    stored: int = 0
-    duplicates: int = 0
-    conflicts: int = 0
-    rejected: int = 0
-    rejected_locally: int = 0
     delays: list[float] = field(default_factory=list)
     remaining: int = 0
     error: str | None = None
 
     def add(self, r: SendResult) -> None:
         self.outcome = r.outcome
-        self.requests += r.requests
-        self.stored += r.stored
-        self.duplicates += r.duplicates
-        self.conflicts += r.conflicts
-        self.rejected += r.rejected
-        self.rejected_locally += r.rejected_locally
+        self.add_counts(r)
         if r.error is not None:
             self.error = r.error
 

@@ -9,7 +9,7 @@ from starlette.testclient import TestClient
 
 from tally_pipeline.api.app import ApiContext, create_app
 from tally_pipeline.services.ingest import Ingestor
-from tally_pipeline_tests.test_projection import T0, envelope
+from tally_pipeline_tests.services.test_projection import T0, envelope
 
 
 @pytest.fixture

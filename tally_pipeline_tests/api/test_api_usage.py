@@ -22,7 +22,7 @@ from tally_pipeline.services.ledger.poster import post_usage
 from tally_pipeline.store import Store
 from tally_pipeline_tests.api.openapi_spec import check_answer
 from tally_pipeline_tests.ledger_data import Row, insert, model_usage, vm
-from tally_pipeline_tests.test_projection import envelope
+from tally_pipeline_tests.services.test_projection import envelope
 
 T0 = datetime(2026, 3, 1, tzinfo=UTC)
 LAG = timedelta(seconds=900)  # the ledger's defaults: ingest_lag 900 s, window_days 35

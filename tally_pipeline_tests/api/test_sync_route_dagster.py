@@ -25,7 +25,7 @@ from tally_pipeline.bench.common import free_port
 from tally_pipeline.bench.serve_process import ServeProcess
 from tally_pipeline.store import open_store
 from tally_pipeline_tests.faults import migrate, wait_until
-from tally_pipeline_tests.services import Service
+from tally_pipeline_tests.service_processes import Service
 
 ROOT = Path(__file__).resolve().parents[2]
 ADMIN = "dagster-sync-admin-token-0123"

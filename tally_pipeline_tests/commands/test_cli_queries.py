@@ -13,7 +13,7 @@ from tally_pipeline.cli import main
 from tally_pipeline.schemas import default_registry
 from tally_pipeline.services.ingest import Ingestor
 from tally_pipeline.store import open_store
-from tally_pipeline_tests.test_projection import T0, envelope
+from tally_pipeline_tests.services.test_projection import T0, envelope
 
 
 def seeded(tmp_path) -> str:

@@ -9,7 +9,7 @@ from datetime import UTC, datetime, timedelta
 from tally_pipeline.core import alerts as rules
 from tally_pipeline.fakes.static_view import StaticView
 from tally_pipeline.services import alerts
-from tally_pipeline_tests.test_sync import CLOUD, collector_event, rec, sync
+from tally_pipeline_tests.services.test_reconciliation_sync import CLOUD, collector_event, rec, sync
 
 NO_WARMUP = rules.AlertSettings(drift_warmup_syncs=0)  # judge every sync: the test is about what drift counts
 

@@ -30,8 +30,8 @@ from tally_pipeline.services.ledger.poster import post_usage
 from tally_pipeline.services.statements import close_month, read_statement
 from tally_pipeline.store import Store
 from tally_pipeline_tests.api.openapi_spec import check_answer
-from tally_pipeline_tests.ledger.test_ledger_pending import fresh_store
-from tally_pipeline_tests.test_projection import envelope
+from tally_pipeline_tests.services.ledger.test_pending import fresh_store
+from tally_pipeline_tests.services.test_projection import envelope
 
 LAG = timedelta(seconds=900)
 WINDOW_DAYS = 35

@@ -9,7 +9,7 @@ from tally_pipeline.fakes.static_view import StaticView
 from tally_pipeline.providers.simulated.adapter import SimulatedAdapter
 from tally_pipeline.services import alerts, queries
 from tally_pipeline.services.reconciliation import run_sync, sync_runs
-from tally_pipeline_tests.test_sync import CLOUD, NOW, OLD, collector_event, rec
+from tally_pipeline_tests.services.test_reconciliation_sync import CLOUD, NOW, OLD, collector_event, rec
 
 
 def deferral_rows(store, reason: str) -> list[tuple]:

@@ -21,7 +21,7 @@ from tally_pipeline.services.ledger.poster import post_usage
 from tally_pipeline.services.usage import usage_page
 from tally_pipeline.store import Store, open_store
 from tally_pipeline.store.ledger_reads import Scope
-from tally_pipeline_tests.test_projection import envelope
+from tally_pipeline_tests.services.test_projection import envelope
 
 T0 = datetime(2026, 3, 1, tzinfo=UTC)
 LAG = timedelta(minutes=15)

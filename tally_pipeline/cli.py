@@ -6,6 +6,7 @@ from __future__ import annotations
 import click
 
 from tally_pipeline.commands import (
+    alerts,
     bench,
     collect,
     collector,
@@ -65,6 +66,7 @@ for command in (serve.serve, ingest.ingest, snapshot.snapshot, demo.demo, query.
     main.add_command(command)
 
 GROUPS: dict[str, tuple[str, tuple[click.Command, ...]]] = {
+    "alerts": ("The alerts: the Prometheus rules made from their definitions.", (alerts.rules,)),
     "bench": ("Benchmarks: each prints its measurements as JSON.",
               (bench.bench_ingest, bench.bench_projection, bench.bench_accuracy, bench.bench_reconcile,
                bench.bench_dead_letter, ledger.bench_post_command, bench.bench_usage_api, collect.bench_collect,

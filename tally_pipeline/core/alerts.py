@@ -1,7 +1,7 @@
 """The alert conditions, as pure functions of what the store says.
 
-The Dagster sensors and asset checks evaluate these; the Prometheus rules in
-``docs/alerts/prometheus-rules.yaml`` express the same conditions over ``/metrics``.
+Each alert's definition (``core/alert_defs.py``) names its condition here; the Dagster sensors and asset
+checks evaluate it, and the Prometheus rule made from the same definition expresses it over ``/metrics``.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The alerts' check states, over the conditions in core/alerts.py (defs/alerts/checks.py and sensors.py report them).
+"""The alerts' check states, over the definitions in core/alert_defs.py (defs/alerts/checks.py and sensors.py report them).
 
 The state of a check is reported wherever it can change, so the asset page always shows the current
 one: each alert sensor reports it on every tick (logging only changes); every sync run reports the
@@ -16,23 +16,17 @@ from typing import Any
 
 import dagster as dg
 
+from tally_pipeline.core.alert_defs import CHECKED, check_of
 from tally_pipeline.core.alerts import Condition, UnrecordedFailure
 from tally_pipeline.core.timeutil import parse_rfc3339
 from tally_pipeline.orchestration.resources import StoreReads
 from tally_pipeline.orchestration.tags import CLOUD, POLL_TIME, SYNC_STATUS
 
-# alert key -> (asset the check sits on, check name, runbook)
-ALERTS = {
-    "events_silent": ("event_log", "events_silent", "docs/runbooks/TallyCloudEventsSilent.md"),
-    "sync_stale": ("sync_runs", "sync_stale", "docs/runbooks/TallySyncStale.md"),
-    "sync_errors": ("sync_runs", "sync_errors", "docs/runbooks/TallySyncErrors.md"),
-    "drift_high": ("sync_runs", "drift_high", "docs/runbooks/TallyReconciliationDriftHigh.md"),
-    "ledger_entities_skipped": ("ledger_postings", "ledger_entities_skipped", "docs/runbooks/TallyLedgerEntitiesSkipped.md"),
-    "service_events_silent": ("sync_runs", "service_events_silent", "docs/runbooks/TallyServiceEventsSilent.md"),
-}
-SYNC_CHECKS = ("sync_stale", "sync_errors", "drift_high", "service_events_silent")
-# Alerts that say nothing about a cloud without a sync run: such a cloud is unknown, not fine.
-NEEDS_A_SYNC = ("sync_errors", "drift_high", "service_events_silent")
+# The checked alerts (core/alert_defs.py), their sync ones (reported by every sync run) and those that say
+# nothing about a cloud without a sync run (such a cloud is unknown, not fine).
+ALERTS = CHECKED
+SYNC_CHECKS = tuple(k for k in ALERTS if check_of(k).asset == "sync_runs")
+NEEDS_A_SYNC = tuple(k for k in ALERTS if check_of(k).unknown_until_synced)
 
 
 @dataclass(frozen=True)
@@ -104,13 +98,13 @@ def check_metadata(state: CheckState) -> dict[str, Any]:
     condition = state.condition
     return {"alert": condition.alert, "state": state.label, "clouds": ", ".join(condition.clouds) or "none",
             "never_synced": ", ".join(state.unknown) or "none", "message": state.message,
-            "details": dg.MetadataValue.json(dict(condition.details)), "runbook": ALERTS[state.key][2]}
+            "details": dg.MetadataValue.json(dict(condition.details)), "runbook": ALERTS[state.key].runbook}
 
 
 def evaluation(state: CheckState) -> dg.AssetCheckEvaluation:
-    asset, name, _ = ALERTS[state.key]
-    return dg.AssetCheckEvaluation(asset_key=dg.AssetKey(asset), check_name=name, passed=state.passed,
-                                   severity=state.severity, description=state.message, metadata=check_metadata(state))
+    return dg.AssetCheckEvaluation(asset_key=dg.AssetKey(check_of(state.key).asset), check_name=state.key,
+                                   passed=state.passed, severity=state.severity, description=state.message,
+                                   metadata=check_metadata(state))
 
 
 def report(context: dg.AssetExecutionContext, db: StoreReads, keys: Sequence[str]) -> None:
@@ -122,7 +116,7 @@ def report(context: dg.AssetExecutionContext, db: StoreReads, keys: Sequence[str
     in_job = {k for data in context.job_def.asset_layer.data for k in data.assets_def.check_keys}
     chosen = context.run.asset_check_selection
     selected = {(k.asset_key.to_user_string(), k.name) for k in (in_job if chosen is None else in_job & set(chosen))}
-    keys = [k for k in keys if (ALERTS[k][0], ALERTS[k][1]) not in selected]
+    keys = [k for k in keys if (check_of(k).asset, k) not in selected]
     for state in states(db, keys, instance=context.instance) if keys else []:
         context.log_event(evaluation(state))
 

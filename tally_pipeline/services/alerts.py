@@ -1,4 +1,4 @@
-"""Reading what the alert conditions need from the store, and evaluating them (``core/alerts.py``)."""
+"""Reading what the alert conditions need from the store, and evaluating them (``core/alert_defs.py``)."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ from typing import Any
 
 import orjson
 
+from tally_pipeline.core import alert_defs as defs
 from tally_pipeline.core import alerts as rules
 from tally_pipeline.core.platform import INSUFFICIENT_SCOPE
 from tally_pipeline.core.timeutil import to_utc
@@ -91,17 +92,20 @@ def ledger_skips(store: Store) -> list[rules.LedgerSkip]:
 def evaluate(store: Store, clouds: list[str], now: datetime, settings: rules.AlertSettings,
              misconfigured: Mapping[str, str] | None = None, watched: Collection[str] = (),
              unrecorded: Iterable[rules.UnrecordedFailure] = ()) -> dict[str, rules.Condition]:
-    """Every alert's state; ``clouds`` are the configured clouds, ``misconfigured`` (cloud -> reason) fires
-    sync_errors for those clouds, ``watched`` the other clouds named in ``alerts.clouds`` (known too:
-    watched for silence and named on ``/metrics``), ``unrecorded`` the sync runs that failed without
-    recording their sync (the orchestrator knows them; the store could not be written)."""
-    runs = last_runs(store)
-    return {
-        "events_silent": rules.events_silent(activity(store), now, settings, frozenset(clouds) | frozenset(watched)),
-        "sync_stale": rules.sync_stale(clouds, last_success(store), now, settings),
-        "sync_errors": rules.sync_errors(runs, misconfigured, unrecorded),
-        "drift_high": rules.drift_high(runs, settings),
-        "ledger_entities_skipped": rules.ledger_entities_skipped(ledger_skips(store)),
-        "service_events_silent": rules.service_events_silent(latest_corrections(store), last_type_activity(store),
-                                                             clouds, settings, SERVICE_OF_TYPE, SILENT_SERVICE_HINT),
-    }
+    """Every checked alert's state (``core.alert_defs.CHECKED``), by key; ``clouds`` are the configured
+    clouds, ``misconfigured`` (cloud -> reason) fires sync_errors for those clouds, ``watched`` the other
+    clouds named in ``alerts.clouds`` (known too: watched for silence and named on ``/metrics``),
+    ``unrecorded`` the sync runs that failed without recording their sync (the orchestrator knows them;
+    the store could not be written)."""
+    return defs.evaluate(inputs(store, clouds, now, misconfigured, watched, unrecorded), settings)
+
+
+def inputs(store: Store, clouds: list[str], now: datetime, misconfigured: Mapping[str, str] | None = None,
+           watched: Collection[str] = (), unrecorded: Iterable[rules.UnrecordedFailure] = ()) -> defs.AlertInputs:
+    """What every alert condition reads, read from the store once."""
+    return defs.AlertInputs(
+        now=now, clouds=tuple(clouds), known=frozenset(clouds) | frozenset(watched), activity=tuple(activity(store)),
+        last_success=last_success(store), last_runs=tuple(last_runs(store)), misconfigured=dict(misconfigured or {}),
+        unrecorded=tuple(unrecorded), ledger_skips=tuple(ledger_skips(store)),
+        latest_corrections=tuple(latest_corrections(store)), type_activity=tuple(last_type_activity(store)),
+        services=SERVICE_OF_TYPE, service_hint=SILENT_SERVICE_HINT)

@@ -17,9 +17,9 @@ from decimal import Decimal
 from typing import Any
 
 from tally_pipeline.config import AuditSettings
-from tally_pipeline.providers.openstack import usage_audit as rules
 from tally_pipeline.core.registry import SizeSchemaRegistry
 from tally_pipeline.core.usage import Interval, to_micro, to_units
+from tally_pipeline.providers.openstack import usage_audit as rules
 from tally_pipeline.store import usage_audits
 from tally_pipeline.store.base import Store
 

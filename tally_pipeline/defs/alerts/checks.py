@@ -1,15 +1,16 @@
-"""One asset check per alert, on the asset it watches (runnable by hand; the sensors report them too).
+"""One asset check per checked alert (core/alert_defs.py), on the asset it watches (runnable by hand; the sensors report them too).
 A store the check cannot read fails it, the cause as its first line."""
 
 import dagster as dg
 
+from tally_pipeline.core.alert_defs import check_of
 from tally_pipeline.orchestration.alert_states import ALERTS, check_metadata, states
 from tally_pipeline.orchestration.failures import UNREADABLE, unreadable_check
 from tally_pipeline.orchestration.resources import TallyStore
 
 
 def _check(key: str) -> dg.AssetChecksDefinition:
-    asset, name, runbook = ALERTS[key]
+    asset, name, runbook = check_of(key).asset, key, ALERTS[key].runbook
 
     @dg.asset_check(asset=asset, name=name, description=f"{key.replace('_', ' ')} (runbook: {runbook})")
     def check(context: dg.AssetCheckExecutionContext, store: TallyStore) -> dg.AssetCheckResult:

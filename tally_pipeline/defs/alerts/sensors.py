@@ -1,4 +1,4 @@
-"""One sensor per alert: evaluates it every minute and reports its check's state on every tick.
+"""One sensor per checked alert (core/alert_defs.py): evaluates it every minute and reports its check's state on every tick.
 
 Reporting on every tick (not only on a change) is what keeps a check from going stale: a run that
 failed with the check in its selection leaves it "Execution failed", a config edit changes a
@@ -12,13 +12,14 @@ import json
 
 import dagster as dg
 
+from tally_pipeline.core.alert_defs import check_of
 from tally_pipeline.orchestration.alert_states import ALERTS, evaluation, states
 from tally_pipeline.orchestration.failures import UNREADABLE, cause, outage_fingerprint, unreadable_check
 from tally_pipeline.orchestration.resources import TallyStore
 
 
 def _sensor(key: str) -> dg.SensorDefinition:
-    asset, name, runbook = ALERTS[key]
+    asset, name, runbook = check_of(key).asset, key, ALERTS[key].runbook
 
     @dg.sensor(name=f"{key}_sensor", minimum_interval_seconds=60, default_status=dg.DefaultSensorStatus.RUNNING,
                description=f"Evaluates the {key.replace('_', ' ')} alert every minute and reports it on {asset}'s "

@@ -10,12 +10,13 @@ from typing import Any
 
 import dagster as dg
 
+from tally_pipeline.core.alert_defs import BY_KEY
 from tally_pipeline.core.timeutil import format_rfc3339, to_utc
 from tally_pipeline.orchestration.failures import cause_first
 from tally_pipeline.orchestration.metadata import md_table
 from tally_pipeline.orchestration.resources import AdapterSource, Clock, Ledger
 
-RUNBOOK = "docs/runbooks/TallyUsageAuditFailed.md"
+RUNBOOK = BY_KEY["usage_audit"].runbook  # its alert, TallyUsageAuditFailed (core/alert_defs.py)
 
 
 def check_name(cloud: str) -> str:

@@ -1,6 +1,6 @@
 """Reading fields out of OpenStack notification payloads: strict, and never guessing.
 
-Shared by the per-service mappings (``providers.openstack.notifications``) and nova's (``collector.openstack_nova``).
+Shared by the per-service mappings (``providers.openstack.notifications``) and nova's (``providers.openstack.nova_notifications``).
 """
 
 from __future__ import annotations

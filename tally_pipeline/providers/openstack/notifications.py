@@ -3,7 +3,7 @@
 A notification is a message with ``message_id``, ``event_type``, ``publisher_id``, ``timestamp``,
 ``priority`` and ``payload``, as nova, cinder, neutron, glance and octavia emit it (an
 oslo.messaging ``{"oslo.message": "<json>"}`` wrapper is unwrapped). Nova's instance events are
-mapped in both its legacy and its versioned format (``collector.openstack_nova``); the other
+mapped in both its legacy and its versioned format (``providers.openstack.nova_notifications``); the other
 services emit only the legacy one.
 
 =====================================  ===============  =========================================
@@ -255,7 +255,7 @@ def _unmapped_type(event_type: str) -> Unmapped:
     if last in _AUDIT_TOKENS:
         return Unmapped(f"{event_type} is a periodic audit, not a change", "ignored", event_type, "audit")
     return Unmapped(f"{event_type} never changes usage", "ignored", event_type, "no_usage_change")
-# --- per service (nova's instances: collector.openstack_nova) -------------------------------------
+# --- per service (nova's instances: nova_notifications) -------------------------------------
 
 
 def _cinder(payload: dict[str, Any], ctx: _Context) -> Extracted:

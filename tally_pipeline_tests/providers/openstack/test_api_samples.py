@@ -13,8 +13,8 @@ from typing import Any
 import pytest
 
 from tally_pipeline.fakes import openstack_json as render
-from tally_pipeline.providers.openstack import records
 from tally_pipeline.providers.interface import SkipItem
+from tally_pipeline.providers.openstack import records
 from tally_pipeline.providers.openstack.adapter import _confirmation
 from tally_pipeline.providers.simulated.platform import PlatformRecord
 

@@ -19,10 +19,10 @@ from pathlib import Path
 import httpx
 
 from tally_pipeline.bench.common import free_port
-from tally_pipeline.core.errors import TallyError
+from tally_pipeline.core.errors import PlatformError
 
 
-class ServeError(TallyError, RuntimeError):
+class ServeError(PlatformError, RuntimeError):
     pass
 
 

@@ -2,11 +2,7 @@
 
 from __future__ import annotations
 
-from tally_pipeline.core.errors import TallyError
-
-
-class CollectorError(TallyError, RuntimeError):
-    """Base class for collector errors."""
+from tally_pipeline.core.errors import CollectorError as CollectorError  # the group; its members are below
 
 
 class BufferFull(CollectorError):

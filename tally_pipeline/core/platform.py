@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Literal
 
-from tally_pipeline.core.errors import TallyError
+from tally_pipeline.core.errors import PlatformError
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,7 +52,7 @@ class SkippedResource:
     detail: str
 
 
-class SkipItem(TallyError, ValueError):
+class SkipItem(PlatformError, ValueError):
     """Raised by a record mapper: this one item is unreadable, the rest of its type lists on."""
 
     def __init__(self, resource_type: str, resource_id: str, reason: str, detail: str):

@@ -16,7 +16,7 @@ from datetime import UTC, datetime, timedelta
 from decimal import Context, Decimal
 from typing import Any
 
-from tally_pipeline.core.errors import TallyError
+from tally_pipeline.core.errors import InputError
 from tally_pipeline.core.registry import Meter
 
 MICRO = 1_000_000
@@ -30,7 +30,7 @@ _ONE_US = timedelta(microseconds=1)
 _EXACT = Context(prec=80)
 
 
-class MeterValueError(TallyError, ValueError):
+class MeterValueError(InputError, ValueError):
     """A size whose meter field is not a usable number (a string, a float, a negative, a boolean…)."""
 
 

@@ -94,9 +94,13 @@ class SimulatedCloud(_Strict):
     @classmethod
     def _simulated_types(cls, value: dict[str, str]) -> dict[str, str]:
         known = default_registry().in_order  # the simulator plays every packaged type
-        for name in value:
+        for name, mode in value.items():
             if name not in known:
                 raise ValueError(f"{name!r} is not a simulated type (known: {', '.join(known)})")
+            if mode == "down_cell" and name != "instance":
+                # refused here, not when the simulation is built (a ValueError in the middle of a sync)
+                raise ValueError(f"{name}: down_cell is a nova fault, for instance only; give {name} error, "
+                                 "timeout or empty")
         return value
 
 

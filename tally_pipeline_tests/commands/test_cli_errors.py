@@ -116,3 +116,33 @@ def test_a_tally_error_is_refused_as_one_redacted_line_with_exit_status_1() -> N
     refused = refusal(TallyError("cannot reach postgresql://tally:s3cret@db/tally\n  the server is down\n"))
     assert refused.exit_code == 1
     assert refused.message == "cannot reach postgresql://tally:***@db/tally; the server is down"
+
+
+# -- other refusals a user meets ------------------------------------------------------------------------
+
+def test_a_month_not_written_yyyy_mm_is_an_input_error_with_an_example() -> None:
+    from tally_pipeline.core.statements import MonthError, parse_month
+
+    with pytest.raises(MonthError, match=r"month must be YYYY-MM, not '2026-13' \(e.g. 2026-12\)") as raised:
+        parse_month("2026-13")
+    assert isinstance(raised.value, InputError) and isinstance(raised.value, ValueError)
+
+
+def test_a_collector_api_url_that_is_not_http_is_a_configuration_error_naming_the_option() -> None:
+    from tally_pipeline.collector.client import events_url
+    from tally_pipeline.collector.errors import ApiURLError
+
+    with pytest.raises(ApiURLError) as raised:
+        events_url("tally-api:8080")
+    assert isinstance(raised.value, ConfigurationError) and isinstance(raised.value, ValueError)
+    assert str(raised.value).startswith("collector.api_url (--api-url) 'tally-api:8080' is not an http(s) URL")
+    assert events_url("http://tally-api:8080") == "http://tally-api:8080/v1/events"
+
+
+def test_down_cell_for_a_type_other_than_instance_is_refused_by_the_configuration(tmp_path: Path) -> None:
+    config = tmp_path / "tally.yaml"
+    config.write_text("clouds:\n  sim:\n    provider: simulated\n    failing_types: {volume: down_cell}\n")
+    result = CliRunner().invoke(main, ["sync", "--config", str(config), "--database",
+                                       f"duckdb://{tmp_path / 't.duckdb'}", "sim"])
+    line = _one_line_error(result)
+    assert "volume: down_cell is a nova fault, for instance only; give volume error, timeout or empty" in line

@@ -27,12 +27,12 @@ from tally_pipeline.commands import (
     usage,
 )
 from tally_pipeline.commands._bench_report import record_load_before
-from tally_pipeline.commands._options import global_options, with_runtime
+from tally_pipeline.commands._options import TallyGroup, global_options, with_runtime
 from tally_pipeline.redaction import redact_unconfigured_logging
 from tally_pipeline.runtime import Runtime
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.group(cls=TallyGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(package_name="tally-pipeline")
 @global_options
 def main(config_path: str | None, database: str | None) -> None:

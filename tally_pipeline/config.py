@@ -23,7 +23,7 @@ from pydantic import (
     model_validator,
 )
 
-from tally_pipeline.core.errors import TallyError
+from tally_pipeline.core.errors import ConfigurationError
 from tally_pipeline.core.landing import LandingLimits
 from tally_pipeline.core.registry import STATUS_NAME
 from tally_pipeline.redaction import redact, remember_url_password, yaml_error_text
@@ -34,7 +34,7 @@ CLOUD_NAME = r"^[A-Za-z0-9_.-]{1,63}$"
 CONFIG_ENV = "TALLY_CONFIG"
 
 
-class ConfigError(TallyError, ValueError):
+class ConfigError(ConfigurationError, ValueError):
     """A configuration that cannot be used; the message names the file and the key.
 
     The message is redacted: a YAML error quotes the offending line, which may be the database URL.
@@ -44,7 +44,7 @@ class ConfigError(TallyError, ValueError):
         super().__init__(redact(message))
 
 
-class UnknownCloud(TallyError, KeyError):
+class UnknownCloud(ConfigurationError, KeyError):
     """A cloud name the configuration does not list."""
 
     def __str__(self) -> str:
@@ -94,9 +94,13 @@ class SimulatedCloud(_Strict):
     @classmethod
     def _simulated_types(cls, value: dict[str, str]) -> dict[str, str]:
         known = default_registry().in_order  # the simulator plays every packaged type
-        for name in value:
+        for name, mode in value.items():
             if name not in known:
                 raise ValueError(f"{name!r} is not a simulated type (known: {', '.join(known)})")
+            if mode == "down_cell" and name != "instance":
+                # refused here, not when the simulation is built (a ValueError in the middle of a sync)
+                raise ValueError(f"{name}: down_cell is a nova fault, for instance only; give {name} error, "
+                                 "timeout or empty")
         return value
 
 

@@ -29,7 +29,14 @@ import dagster as dg
 
 from tally_pipeline.core.registry import SizeSchemaRegistry
 from tally_pipeline.core.timeutil import format_rfc3339
-from tally_pipeline.core.usage import Entity, Interval, cumulative_usage_micro, tenant_error, to_units, usage_by_entity
+from tally_pipeline.core.usage import (
+    Entity,
+    Interval,
+    cumulative_usage_micro,
+    tenant_accuracy,
+    to_units,
+    usage_by_entity,
+)
 from tally_pipeline.defs.reconciliation.requests import follow_up_requests, reconciliation_requests
 from tally_pipeline.orchestration.resources import Ledger, TallyStore
 from tally_pipeline.orchestration.tags import NOW, SYNC_STATUS
@@ -409,7 +416,7 @@ def _tenant_report(last: Sample, base: Sample) -> dict[str, Any]:
     project, meter) against the truth, differences summed in absolute value."""
     assert last.tenants is not None and base.tenants is not None
     window = last.tenants.minus(base.tenants)
-    plain, fixed = tenant_error(window.truth, window.events_only), tenant_error(window.truth, window.reconciled)
+    plain, fixed = tenant_accuracy(window.truth, window.events_only), tenant_accuracy(window.truth, window.reconciled)
     return {
         "abs_error": {"events_only": round(plain.abs_error, 6), "reconciled": round(fixed.abs_error, 6)},
         "worst": {"events_only": plain.worst.to_dict() if plain.worst else None,

@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from tally_pipeline.core.usage import tenant_error, to_units
+from tally_pipeline.core.usage import tenant_accuracy, to_units
 
 
 def picture(run: Any, path: Path) -> Path:
@@ -46,7 +46,7 @@ def picture(run: Any, path: Path) -> Path:
     if err is not None:
         for label, key, color in (("events alone", "events_only", "tab:red"),
                                   ("events + reconciliation", "reconciled", "tab:green")):
-            errors = [tenant_error(s.tenants.truth, getattr(s.tenants, key)) for s in samples if s.tenants]
+            errors = [tenant_accuracy(s.tenants.truth, getattr(s.tenants, key)) for s in samples if s.tenants]
             worst = errors[-1].worst if errors else None
             if worst is not None:  # in the legend, which finds a place off the curves
                 project = worst.project_id if len(worst.project_id) <= 10 else worst.project_id[:8] + "…"

@@ -272,3 +272,29 @@ def test_every_error_tally_raises_is_a_tally_error() -> None:
 def test_the_architecture_document_draws_the_error_tree_as_it_is() -> None:
     doc = (PACKAGE.parent / "docs" / "architecture.md").read_text(encoding="utf-8")
     assert f"```\n{_error_tree()}\n```" in doc, _error_tree()
+
+
+
+
+def test_every_tally_error_has_exactly_one_group_among_its_ancestors() -> None:
+    from tally_pipeline.core.errors import GROUPS, TallyError
+
+    members = [c for c in _error_classes() if issubclass(c, TallyError) and c is not TallyError and c not in GROUPS]
+    assert len(members) >= 40  # the discovery found the package's errors, not none of them
+    groups = {c: [g.__name__ for g in GROUPS if issubclass(c, g)] for c in members}
+    assert {f"{c.__module__}.{c.__qualname__}": found for c, found in groups.items() if len(found) > 1} == {}
+    assert {c.__qualname__ for c, found in groups.items() if not found} == set()
+    assert all(g.__bases__[0] is TallyError for g in GROUPS)  # the groups are siblings, never nested
+
+
+def test_a_group_keeps_the_builtin_kind_of_each_member() -> None:
+    from tally_pipeline.config import ConfigError, UnknownCloud
+    from tally_pipeline.core.errors import ConfigurationError, StoreError
+    from tally_pipeline.core.timeutil import TimestampError
+    from tally_pipeline.store.errors import StoreUnavailable
+
+    assert issubclass(ConfigError, ConfigurationError) and issubclass(ConfigError, ValueError)
+    assert issubclass(UnknownCloud, ConfigurationError) and issubclass(UnknownCloud, KeyError)
+    assert issubclass(TimestampError, ValueError) and issubclass(StoreUnavailable, RuntimeError)
+    assert not issubclass(ConfigurationError, ValueError)  # a group adds no kind its members lack
+    assert issubclass(StoreError, RuntimeError)  # public before the groups, raised as RuntimeError

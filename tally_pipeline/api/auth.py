@@ -22,7 +22,7 @@ from pathlib import Path
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from tally_pipeline.core.errors import TallyError
+from tally_pipeline.core.errors import ConfigurationError
 from tally_pipeline.redaction import yaml_error_text
 
 SCOPE_PATTERN = re.compile(r"^(read|read:[A-Za-z0-9_.-]{1,63}|admin|ingest:\*|ingest:[A-Za-z0-9_.-]{1,63})$")
@@ -48,7 +48,7 @@ def token_weakness(token: str) -> str | None:
     return None
 
 
-class TokensFileError(TallyError, ValueError):
+class TokensFileError(ConfigurationError, ValueError):
     pass
 
 

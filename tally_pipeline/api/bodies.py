@@ -8,18 +8,18 @@ from typing import Any
 
 from starlette.requests import ClientDisconnect, Request
 
-from tally_pipeline.core.errors import TallyError
+from tally_pipeline.core.errors import InputError
 from tally_pipeline.core.jsontext import BadJson, DuplicateKeys, loads_exact
 
 
-class BodyTooLarge(TallyError):
+class BodyTooLarge(InputError):
     def __init__(self, limit: int):
         super().__init__(f"request body exceeds {limit} bytes")
         self.limit = limit
 
 
 @dataclass(frozen=True)
-class BadBody(TallyError):
+class BadBody(InputError):
     error: str  # invalid_json | invalid_body
     detail: str
 

@@ -19,7 +19,7 @@ from starlette.responses import Response
 from tally_pipeline.api.auth import ANONYMOUS_LOCAL, Principal, TokenBook
 from tally_pipeline.api.metrics import ApiMetrics
 from tally_pipeline.api.quota import DEFAULT_PER_MINUTE, DeadLetterQuota
-from tally_pipeline.core.errors import TallyError
+from tally_pipeline.core.errors import InputError
 from tally_pipeline.core.timeutil import TimestampError, format_rfc3339, parse_rfc3339
 from tally_pipeline.services.ingest import Ingestor
 from tally_pipeline.store.base import Store
@@ -82,7 +82,7 @@ class ApiContext:
             self.dead_letter_quota = DeadLetterQuota(per_minute)
 
 
-class ApiError(TallyError):
+class ApiError(InputError):
     def __init__(self, response: JSON):
         self.response = response
 

@@ -13,11 +13,11 @@ from tally_pipeline.api.auth import TokenBook, is_loopback
 from tally_pipeline.api.connections import BoundedHttpProtocol, ConnectionLimits
 from tally_pipeline.api.http import ApiContext
 from tally_pipeline.config import ApiSettings
-from tally_pipeline.core.errors import TallyError
+from tally_pipeline.core.errors import ConfigurationError
 from tally_pipeline.runtime import Runtime
 
 
-class ServeRefused(TallyError, RuntimeError):
+class ServeRefused(ConfigurationError, RuntimeError):
     pass
 
 

@@ -18,7 +18,7 @@ from decimal import Decimal
 from typing import Any
 
 from tally_pipeline.core.timeutil import to_utc
-from tally_pipeline.core.usage import Interval, tenant_error, usage_by_entity
+from tally_pipeline.core.usage import Interval, tenant_accuracy, usage_by_entity
 from tally_pipeline.providers.simulated import DeliverySpec, Simulation, SimulationSpec, simulate
 from tally_pipeline.providers.simulated.adapter import SimulatedAdapter
 from tally_pipeline.providers.simulated.truth import power_class
@@ -181,8 +181,8 @@ def tenant_view(d: Drive) -> dict[str, Any]:
     """``tenant.abs_error`` and ``tenant.worst`` for events alone and for events + reconciliation."""
     sim = d.sim
     truth = truth_by_entity(sim, sim.start, sim.end)
-    plain = tenant_error(truth, store_by_entity(d.events_only, sim.start, sim.end))
-    fixed = tenant_error(truth, store_by_entity(d.reconciled, sim.start, sim.end))
+    plain = tenant_accuracy(truth, store_by_entity(d.events_only, sim.start, sim.end))
+    fixed = tenant_accuracy(truth, store_by_entity(d.reconciled, sim.start, sim.end))
     return {
         "abs_error": {"events_only": round(plain.abs_error, 6), "reconciled": round(fixed.abs_error, 6)},
         "worst": {"events_only": plain.worst.to_dict() if plain.worst else None,

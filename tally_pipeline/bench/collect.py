@@ -34,7 +34,8 @@ from typing import Any
 
 import kombu
 
-from tally_pipeline.bench.collector_process import CollectorProcess
+from tally_pipeline.bench.collector_process import CollectorProcess, CollectorProcessError
+from tally_pipeline.bench.common import BenchOptionError
 from tally_pipeline.bench.serve_process import ServeProcess
 from tally_pipeline.collector.bus import binding_key, queue_name
 from tally_pipeline.collector.intake import Mapped, read_message
@@ -208,7 +209,7 @@ def _end_to_end(database: str, transport_url: str, pool: str, topic: str, cloud:
                 batch_size: int, prefetch: int, progress: Callable[[str, int], None] | None) -> dict[str, Any]:
     store = open_store(database)
     if store.dialect != "postgres":
-        raise ValueError("tally bench collect measures tally serve on Postgres: give a postgresql:// --database")
+        raise BenchOptionError("tally bench collect measures tally serve on Postgres: give a postgresql:// --database")
     with tempfile.TemporaryDirectory(prefix="tally-bench-collect-") as tmp, \
             ServeProcess(database, log_path=Path(tmp) / "serve.log") as api:
         config = Path(tmp) / "collector.yaml"
@@ -229,7 +230,7 @@ def _end_to_end(database: str, transport_url: str, pool: str, topic: str, cloud:
                              for o in ("stored", "duplicate", "rejected")}
             exit_status = collector.stop()
         if received < messages:
-            raise RuntimeError(f"the collector read {received} of {messages} messages")
+            raise CollectorProcessError(f"the collector read {received} of {messages} messages")
         seconds = finished - started
         rss = samples.rss_report(messages)
         return {
@@ -267,7 +268,7 @@ class _Sampler:
         deadline = time.monotonic() + 60
         while not (self.collector.health() or {}).get("broker_connected"):
             if time.monotonic() > deadline:
-                raise RuntimeError(f"the collector never connected: {self.collector.log_tail()}")
+                raise CollectorProcessError(f"the collector never connected: {self.collector.log_tail()}")
             time.sleep(0.01)  # polling an external process
         # CPU spent from here on: the start-up (imports) is not the collector's cost per message.
         self.cpu_at_start = (_cpu_seconds(self.collector.pid), _cpu_seconds(self.api.pid))
@@ -283,7 +284,7 @@ class _Sampler:
             if count >= mapped:
                 return time.perf_counter()
             if not self.collector.alive() or time.monotonic() > deadline:
-                raise RuntimeError(f"stored {count} of {mapped} events: {self.collector.log_tail()}")
+                raise CollectorProcessError(f"stored {count} of {mapped} events: {self.collector.log_tail()}")
             time.sleep(0.1)  # polling the database
 
     def _sample_memory(self) -> None:

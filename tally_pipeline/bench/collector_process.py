@@ -20,10 +20,10 @@ import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
 from tally_pipeline.bench.common import free_port
-from tally_pipeline.core.errors import TallyError
+from tally_pipeline.core.errors import CollectorError
 
 
-class CollectorProcessError(TallyError, RuntimeError):
+class CollectorProcessError(CollectorError):
     pass
 
 

@@ -11,6 +11,16 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+from tally_pipeline.core.errors import InputError, PlatformError
+
+
+class ServeError(PlatformError, RuntimeError):
+    """A ``tally serve`` a benchmark started did not come up or failed; the message quotes its log."""
+
+
+class BenchOptionError(InputError, ValueError):
+    """A benchmark cannot run as its options ask; the message names the option to change."""
+
 
 def peak_rss_mb() -> float:
     """Peak resident set size of this process so far, in MiB (Linux reports KiB)."""
@@ -59,14 +69,14 @@ def api_process(database: str, *, config: Path | None = None, workers: int = 1) 
         deadline = time.monotonic() + 60
         while True:
             if proc.poll() is not None:
-                raise RuntimeError(f"tally serve exited: {proc.stderr.read().decode() if proc.stderr else ''}")
+                raise ServeError(f"tally serve exited: {proc.stderr.read().decode() if proc.stderr else ''}")
             try:
                 if httpx.get(f"{url}/healthz", timeout=1).status_code == 200:
                     break
             except httpx.HTTPError:
                 pass
             if time.monotonic() > deadline:
-                raise RuntimeError("tally serve did not answer /healthz within 60 s")
+                raise ServeError("tally serve did not answer /healthz within 60 s; is the database up and migrated?")
             time.sleep(0.1)  # waiting for an external process to come up, not synchronising a test
         yield url
     finally:

@@ -32,7 +32,7 @@ import httpx
 import orjson
 
 from tally_pipeline.bench import ingest_log as bench_log
-from tally_pipeline.bench.common import api_process, peak_rss_mb, timer
+from tally_pipeline.bench.common import ServeError, api_process, peak_rss_mb, timer
 from tally_pipeline.core.envelope import EventRecord, validate_event
 from tally_pipeline.runtime import Runtime
 
@@ -108,7 +108,7 @@ def _http(url: str, items: list[dict[str, Any]], clients: int = 2) -> float:
         for t in threads:
             t.join()
     if errors:
-        raise RuntimeError(f"HTTP ingest failed: {errors[0]}")
+        raise ServeError(f"HTTP ingest failed: {errors[0]}")
     return elapsed[0]
 
 

@@ -18,12 +18,8 @@ from pathlib import Path
 
 import httpx
 
+from tally_pipeline.bench.common import ServeError as ServeError  # raised here too; defined beside api_process
 from tally_pipeline.bench.common import free_port
-from tally_pipeline.core.errors import TallyError
-
-
-class ServeError(TallyError, RuntimeError):
-    pass
 
 
 class ServeProcess:

@@ -32,7 +32,7 @@ from tally_pipeline.collector.buffer import (
     RejectedItem,
     RejectionNote,
 )
-from tally_pipeline.collector.errors import CollectorAuthError
+from tally_pipeline.collector.errors import ApiURLError, CollectorAuthError
 from tally_pipeline.collector.protocol import (
     ENVELOPE_OVERHEAD,
     EVENTS_PATH,
@@ -116,7 +116,7 @@ def events_url(url: str) -> str:
     """The ``POST /v1/events`` URL from the API's base URL (a full ``…/v1/events`` URL is kept)."""
     parts = urlsplit(url)
     if parts.scheme not in ("http", "https") or not parts.netloc:
-        raise ValueError(f"the collector needs an http(s) URL of the ingest API, got {url!r}")
+        raise ApiURLError(url)
     base = url.rstrip("/")
     return base if base.endswith(EVENTS_PATH) else base + EVENTS_PATH
 

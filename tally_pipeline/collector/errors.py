@@ -2,11 +2,17 @@
 
 from __future__ import annotations
 
-from tally_pipeline.core.errors import TallyError
+from tally_pipeline.core.errors import CollectorError as CollectorError  # the group; its members are below
+from tally_pipeline.core.errors import ConfigurationError
+from tally_pipeline.redaction import redact
 
 
-class CollectorError(TallyError, RuntimeError):
-    """Base class for collector errors."""
+class ApiURLError(ConfigurationError, ValueError):
+    """An ingest API address the collector cannot send to."""
+
+    def __init__(self, url: str):
+        super().__init__(f"collector.api_url (--api-url) {redact(url)!r} is not an http(s) URL: give the ingest API's "
+                         "base URL, e.g. http://tally-api:8080")
 
 
 class BufferFull(CollectorError):

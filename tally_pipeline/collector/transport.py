@@ -12,11 +12,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from urllib.parse import parse_qs, quote, unquote, urlparse
 
-from tally_pipeline.core.errors import TallyError
+from tally_pipeline.core.errors import ConfigurationError
 from tally_pipeline.redaction import remember_secret
 
 
-class TransportURLError(TallyError, ValueError):
+class TransportURLError(ConfigurationError, ValueError):
     """A transport URL the collector cannot use."""
 
 

@@ -10,11 +10,31 @@ from typing import Any
 import click
 from click.core import ParameterSource
 
-from tally_pipeline.config import ConfigError
-from tally_pipeline.core.registry import RegistryError
+from tally_pipeline.core.errors import TallyError
 from tally_pipeline.redaction import redact
 from tally_pipeline.runtime import Runtime
-from tally_pipeline.store import StoreError
+
+
+def refusal(exc: TallyError) -> click.ClickException:
+    """A ``TallyError`` as the command line shows it: ``Error: <message>`` on one line of stderr, exit
+    status 1, no traceback (click's own refusals of an option's value keep exit status 2).
+
+    Redacted, since a message may quote the database URL (the missing-migrations error does); a
+    message of several lines (a validation report) is joined into one.
+    """
+    lines = [line.strip() for line in redact(str(exc)).splitlines()]
+    return click.ClickException("; ".join(line for line in lines if line) or type(exc).__name__)
+
+
+class TallyGroup(click.Group):
+    """The ``tally`` group: any ``TallyError`` a command lets through is printed as ``refusal`` says,
+    whichever command (and sub-group) raised it."""
+
+    def invoke(self, ctx: click.Context) -> Any:
+        try:
+            return super().invoke(ctx)
+        except TallyError as exc:
+            raise refusal(exc) from None
 
 
 def shared(name: str, own: Any) -> Any:
@@ -42,7 +62,8 @@ def with_runtime(command: Callable[..., Any]) -> Callable[..., Any]:
     """Add ``--config`` and ``--database`` to a command and pass it a ``Runtime`` as ``rt`` (given before
     the command, on the ``tally`` group, they apply too: ``shared``).
 
-    Configuration and store errors become one clear line on stderr and exit status 2.
+    A ``TallyError`` (a configuration, a store error…) becomes one clear line on stderr and exit
+    status 1 (``refusal``), also when the command is invoked on its own rather than through ``tally``.
     """
 
     @click.option(
@@ -59,13 +80,12 @@ def with_runtime(command: Callable[..., Any]) -> Callable[..., Any]:
         config_path, database = shared("config_path", config_path), shared("database", database)
         try:
             rt = Runtime.load(config_path, database=database)
-        except (ConfigError, RegistryError) as exc:
-            raise click.ClickException(str(exc)) from None
+        except TallyError as exc:
+            raise refusal(exc) from None
         try:
             return command(*args, rt=rt, **kwargs)
-        except (StoreError, RegistryError) as exc:
-            # A store error may quote the database URL (the missing-migrations error does): no password.
-            raise click.ClickException(redact(str(exc))) from None
+        except TallyError as exc:
+            raise refusal(exc) from None
         finally:
             rt.close()
 

@@ -135,7 +135,7 @@ def verify_command(rt: Runtime, ledger_only: bool) -> None:
 @with_runtime
 def daily_command(rt: Runtime, day: date | None, first: date | None, last: date | None, through: datetime | None) -> None:
     """Recompute usage_daily for a day or a range of days (delete them, insert them again)."""
-    from tally_pipeline.services.ledger.daily import recompute_usage_daily
+    from tally_pipeline.services.ledger.daily import DayRangeError, recompute_usage_daily
 
     if day is not None and (first is not None or last is not None):
         raise click.UsageError("give --day, or --from and --to, not both")
@@ -143,11 +143,10 @@ def daily_command(rt: Runtime, day: date | None, first: date | None, last: date 
         raise click.UsageError("give --day D, or --from D1 --to D2")
     start, end = (day, day) if day is not None else (first, last)
     assert start is not None and end is not None  # the usage errors above
-    try:
-        result = recompute_usage_daily(rt.store, rt.registry, start, end, through=through)
-    except ValueError as exc:
-        raise click.UsageError(str(exc)) from None
-    _echo(result.to_dict())
+    if end < start:
+        # named as the user gave them; the command line prints it as one line (cli.main)
+        raise DayRangeError(start, end, first="--from", last="--to")
+    _echo(recompute_usage_daily(rt.store, rt.registry, start, end, through=through).to_dict())
 
 
 @click.command("post")

@@ -28,10 +28,10 @@ from typing import Any
 
 import orjson
 
-from tally_pipeline.core.errors import TallyError
+from tally_pipeline.core.errors import InputError
 
 
-class BadJson(TallyError, ValueError):
+class BadJson(InputError, ValueError):
     """A text that is not JSON."""
 
 

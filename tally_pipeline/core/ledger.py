@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Literal, NamedTuple
 
-from tally_pipeline.core.errors import TallyError
+from tally_pipeline.core.errors import InputError
 from tally_pipeline.core.fold import Interval as FoldedInterval
 from tally_pipeline.core.registry import Meter
 from tally_pipeline.core.timeutil import format_rfc3339, to_utc
@@ -37,7 +37,7 @@ class EntityKey(NamedTuple):
         return f"{self.cloud}/{self.project_id}/{self.meter}"
 
 
-class NonMonotonicCheckpoint(TallyError, ValueError):
+class NonMonotonicCheckpoint(InputError, ValueError):
     """A cycle's clamp is earlier than a checkpoint's: posting would move the checkpoint backwards."""
 
     def __init__(self, clamp: datetime, checkpoint_clamp: datetime, entity: EntityKey | None = None):

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Literal
 
-from tally_pipeline.core.errors import TallyError
+from tally_pipeline.core.errors import PlatformError
 
 #: What dated a correction the platform's own record was asked about: an action the platform
 #: recorded, its ``updated`` instant, else the poll.
@@ -57,7 +57,7 @@ class SkippedResource:
     detail: str
 
 
-class SkipItem(TallyError, ValueError):
+class SkipItem(PlatformError, ValueError):
     """Raised by a record mapper: this one item is unreadable, the rest of its type lists on."""
 
     def __init__(self, resource_type: str, resource_id: str, reason: str, detail: str):

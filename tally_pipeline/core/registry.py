@@ -22,10 +22,10 @@ import jsonschema
 import orjson
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, ValidationError
 
-from tally_pipeline.core.errors import TallyError
+from tally_pipeline.core.errors import ConfigurationError
 
 
-class RegistryError(TallyError, ValueError):
+class RegistryError(ConfigurationError, ValueError):
     """A type definition that cannot be used (bad JSON Schema, bad meter)."""
 
 

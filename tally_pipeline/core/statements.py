@@ -20,6 +20,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, date, datetime, timedelta
 
+from tally_pipeline.core.errors import InputError
 from tally_pipeline.core.timeutil import format_rfc3339, to_utc
 
 _MONTH = re.compile(r"^(\d{4})-(0[1-9]|1[0-2])$")
@@ -28,11 +29,15 @@ _MONTH = re.compile(r"^(\d{4})-(0[1-9]|1[0-2])$")
 StatementKey = tuple[str, str, str]
 
 
+class MonthError(InputError, ValueError):
+    """A month that is not written ``YYYY-MM``."""
+
+
 def parse_month(text: str) -> date:
-    """``YYYY-MM`` → the month's first day; anything else is a ``ValueError`` naming the value."""
+    """``YYYY-MM`` → the month's first day; anything else is a ``MonthError`` naming the value."""
     found = _MONTH.match(text)
     if found is None:
-        raise ValueError(f"month must be YYYY-MM, not {text!r}")
+        raise MonthError(f"month must be YYYY-MM, not {text!r} (e.g. 2026-12)")
     return date(int(found.group(1)), int(found.group(2)), 1)
 
 

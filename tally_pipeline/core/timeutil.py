@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from datetime import UTC, datetime, timedelta, timezone
 
-from tally_pipeline.core.errors import TallyError
+from tally_pipeline.core.errors import InputError
 
 # RFC 3339 §5.6 exactly, in ASCII digits (``\d`` would take any script's digits). The separator may be
 # "T", "t" or a space (§5.6's note), the offset "Z", "z" or ±HH:MM.
@@ -20,7 +20,7 @@ _NO_OFFSET = re.compile(r"[0-9]{4}-[0-9]{2}-[0-9]{2}[Tt ][0-9]{2}:[0-9]{2}:[0-9]
 _PLAIN_UTC = re.compile(r"[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}(?:\.([0-9]{1,6}))?(?:Z|\+00:00)")
 
 
-class TimestampError(TallyError, ValueError):
+class TimestampError(InputError, ValueError):
     """A string that is not an RFC 3339 timestamp with an offset."""
 
 

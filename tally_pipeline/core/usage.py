@@ -16,7 +16,7 @@ from datetime import UTC, datetime, timedelta
 from decimal import Context, Decimal
 from typing import Any
 
-from tally_pipeline.core.errors import TallyError
+from tally_pipeline.core.errors import InputError
 from tally_pipeline.core.registry import Meter
 
 MICRO = 1_000_000
@@ -30,7 +30,7 @@ _ONE_US = timedelta(microseconds=1)
 _EXACT = Context(prec=80)
 
 
-class MeterValueError(TallyError, ValueError):
+class MeterValueError(InputError, ValueError):
     """A size whose meter field is not a usable number (a string, a float, a negative, a boolean…)."""
 
 
@@ -154,8 +154,10 @@ def usage_by_entity(
 
 
 @dataclass(frozen=True, slots=True)
-class EntityError:
-    """One tenant's line: what was measured against the truth, in micro-units of the meter's unit."""
+class EntityAccuracy:
+    """One tenant's line: what was measured against the truth, in micro-units of the meter's unit.
+
+    A measurement figure, not an exception (``relative`` is its error as a share of the truth)."""
 
     cloud: str
     project_id: str
@@ -177,15 +179,16 @@ class EntityError:
 
 
 @dataclass(frozen=True, slots=True)
-class TenantError:
-    """Accuracy per (cloud, project, meter): errors of different tenants never cancel out.
+class TenantAccuracy:
+    """Accuracy per (cloud, project, meter), a measurement figure: errors of different tenants never
+    cancel out.
 
     ``abs_error`` = Σ |measured − truth| / Σ truth over every entity in either; ``worst`` is the
     entity with the largest relative error (ties: the larger absolute difference, then key order).
     """
 
     abs_error: float
-    worst: EntityError | None
+    worst: EntityAccuracy | None
     entities: int
 
     def to_dict(self) -> dict[str, Any]:
@@ -193,8 +196,8 @@ class TenantError:
                 "entities": self.entities}
 
 
-def tenant_error(truth: Mapping[Entity, int], measured: Mapping[Entity, int]) -> TenantError:
-    lines = [EntityError(*key, truth.get(key, 0), measured.get(key, 0)) for key in sorted(set(truth) | set(measured))]
+def tenant_accuracy(truth: Mapping[Entity, int], measured: Mapping[Entity, int]) -> TenantAccuracy:
+    lines = [EntityAccuracy(*key, truth.get(key, 0), measured.get(key, 0)) for key in sorted(set(truth) | set(measured))]
     total_truth = sum(line.truth for line in lines)
     total_diff = sum(abs(line.measured - line.truth) for line in lines)
     if total_truth:
@@ -204,4 +207,4 @@ def tenant_error(truth: Mapping[Entity, int], measured: Mapping[Entity, int]) ->
     worst = max(lines, key=lambda e: (e.relative, abs(e.measured - e.truth)), default=None)
     if worst is not None and worst.relative == 0:
         worst = None  # nothing is off: no worst tenant to name
-    return TenantError(abs_error, worst, len(lines))
+    return TenantAccuracy(abs_error, worst, len(lines))

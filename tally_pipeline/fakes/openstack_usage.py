@@ -22,7 +22,7 @@ from collections.abc import Iterable
 from datetime import UTC, datetime
 from typing import Any
 
-from tally_pipeline.core.errors import TallyError
+from tally_pipeline.core.errors import InputError
 from tally_pipeline.fakes.openstack_json import launched_at
 from tally_pipeline.providers.simulated.platform import PlatformRecord
 
@@ -33,7 +33,7 @@ PAGING_MICROVERSION = (2, 40)
 _FORMATS = ("%Y-%m-%dT%H:%M:%S", "%Y-%m-%dT%H:%M:%S.%f", "%Y-%m-%d %H:%M:%S.%f")
 
 
-class UsageRequestError(TallyError, ValueError):
+class UsageRequestError(InputError, ValueError):
     """A request nova answers 400 (its message is the body's)."""
 
 

@@ -24,4 +24,7 @@ def adapter_for(cloud_name: str, cloud_config: Any, *, platform: PlatformView | 
         from tally_pipeline.providers.openstack.adapter import OpenStackAdapter
 
         return OpenStackAdapter(cloud_name, cloud_config)
-    raise ValueError(f"cloud {cloud_name!r}: unknown provider {provider!r}")
+    from tally_pipeline.config import ConfigError  # only on this path: the providers above never need it
+
+    raise ConfigError(f"clouds.{cloud_name}.provider: unknown provider {provider!r}; "
+                      "set it to 'openstack' (a real cloud) or 'simulated' (a generated one)")

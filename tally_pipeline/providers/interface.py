@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterator, Sequence
 from datetime import datetime
 from typing import Protocol, runtime_checkable
 
-from tally_pipeline.core.errors import TallyError
+from tally_pipeline.core.errors import PlatformError
 
 # The platform's answers, re-exported: the adapters' vocabulary.
 from tally_pipeline.core.platform import INSUFFICIENT_SCOPE as INSUFFICIENT_SCOPE
@@ -32,7 +32,7 @@ from tally_pipeline.core.platform import TypeListing as TypeListing
 RUN_TIME_BOUND = "run_time_bound"
 
 
-class AdapterError(TallyError, RuntimeError):
+class AdapterError(PlatformError, RuntimeError):
     """A failure listing one type; the message becomes that type's ``failed(reason)``."""
 
     #: A code for rules and alerts (``Failed.code``); None for an ordinary failure.

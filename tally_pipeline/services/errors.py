@@ -1,7 +1,8 @@
 """The errors the entry points (the API, the commands, the Dagster wiring) answer or translate.
 
 One place to import them from, so an entry point does not reach into a service module for its
-exception type. Each is a ``TallyError`` (``core/errors.py``); the tree is in docs/architecture.md.
+exception type. Each is a ``TallyError`` (``core/errors.py``) under one of its five groups, which are
+here too; the tree is in docs/architecture.md.
 """
 
 from __future__ import annotations
@@ -9,6 +10,10 @@ from __future__ import annotations
 from tally_pipeline.config import ConfigError as ConfigError
 from tally_pipeline.config import MisconfiguredCloud as MisconfiguredCloud
 from tally_pipeline.config import UnknownCloud as UnknownCloud
+from tally_pipeline.core.errors import CollectorError as CollectorError
+from tally_pipeline.core.errors import ConfigurationError as ConfigurationError
+from tally_pipeline.core.errors import InputError as InputError
+from tally_pipeline.core.errors import PlatformError as PlatformError
 from tally_pipeline.core.errors import TallyError as TallyError
 from tally_pipeline.services.ingest import BatchTooLarge as BatchTooLarge
 from tally_pipeline.services.landing import LandingFileError as LandingFileError

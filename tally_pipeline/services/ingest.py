@@ -20,7 +20,7 @@ from typing import Any, Literal
 import orjson
 
 from tally_pipeline.core.envelope import EVENT_ID_MAX, EventRecord, Rejection, is_cloud_name, validate_event
-from tally_pipeline.core.errors import TallyError
+from tally_pipeline.core.errors import InputError
 from tally_pipeline.core.jsontext import array_item_texts
 from tally_pipeline.core.registry import SizeSchemaRegistry
 from tally_pipeline.store import type_activity
@@ -30,7 +30,7 @@ MAX_BATCH = 1000
 Status = Literal["stored", "duplicate", "rejected"]
 
 
-class BatchTooLarge(TallyError, ValueError):
+class BatchTooLarge(InputError, ValueError):
     def __init__(self, size: int):
         super().__init__(f"a batch holds at most {MAX_BATCH} events, got {size}")
         self.size = size

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
-from tally_pipeline.core.errors import TallyError
+from tally_pipeline.core.errors import InputError
 from tally_pipeline.core.jsontext import BadJson, decode_item, loads_exact, value_end
 from tally_pipeline.core.landing import DEFAULT_LIMITS, TOO_MANY_REJECTIONS, rejection_summary
 from tally_pipeline.core.landing import LandingLimits as LandingLimits
@@ -77,11 +77,11 @@ class BadLine:
     message: str
 
 
-class LandingFileError(TallyError, ValueError):
+class LandingFileError(InputError, ValueError):
     pass
 
 
-class LandingPathError(TallyError, ValueError):
+class LandingPathError(InputError, ValueError):
     """A landing file name that would reach outside the configured ``landing_dir``."""
 
 

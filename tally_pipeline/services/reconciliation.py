@@ -25,7 +25,7 @@ from typing import Any
 import orjson
 
 from tally_pipeline.core import reconcile as rules
-from tally_pipeline.core.errors import TallyError
+from tally_pipeline.core.errors import PlatformError
 from tally_pipeline.core.timeutil import to_utc
 from tally_pipeline.core.type_summary import TypeSummary, grouped_causes
 from tally_pipeline.providers.interface import (
@@ -64,7 +64,7 @@ def leases_of(lock_lease: float = LOCK_LEASE_S) -> runs_sql.Leases:
     return runs_sql.Leases(renewal=timedelta(seconds=lock_lease), reservation=RESERVATION_LEASE)
 
 
-class SyncInProgress(TallyError, RuntimeError):
+class SyncInProgress(PlatformError, RuntimeError):
     """Another run holds the cloud's lock; ``run_id`` names it when known."""
 
     def __init__(self, message: str, run_id: str | None = None):
@@ -72,7 +72,7 @@ class SyncInProgress(TallyError, RuntimeError):
         self.run_id = run_id
 
 
-class LockLost(TallyError, RuntimeError):
+class LockLost(PlatformError, RuntimeError):
     """The run's lock expired or was taken over (its renewals failed for a whole lease): it stops writing."""
 
 

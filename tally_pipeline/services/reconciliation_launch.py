@@ -31,7 +31,7 @@ from typing import Any, Protocol
 
 import orjson
 
-from tally_pipeline.core.errors import TallyError
+from tally_pipeline.core.errors import PlatformError
 from tally_pipeline.services.reconciliation import SyncInProgress, leases_of
 from tally_pipeline.store import sync_requests, sync_runs
 from tally_pipeline.store.base import Store, UnitOfWork
@@ -42,7 +42,7 @@ log = logging.getLogger("tally.sync")
 FINISHED = frozenset({"succeeded", "partial", "failed"})
 
 
-class ShuttingDown(TallyError, RuntimeError):
+class ShuttingDown(PlatformError, RuntimeError):
     """The executor is closed: this process starts no more syncs."""
 
 

@@ -19,7 +19,7 @@ from typing import Any
 import httpx
 
 from tally_pipeline.collector.backoff import Backoff, parse_retry_after
-from tally_pipeline.core.errors import TallyError
+from tally_pipeline.core.errors import PlatformError
 
 #: The API's route (docs/openapi.yaml); ``{cloud}`` is a configured cloud's name.
 SYNC_PATH = "/internal/sync/{cloud}"
@@ -29,7 +29,7 @@ FOLLOW_WAIT = 55
 TRANSIENT = frozenset({429, 502, 503, 504})
 
 
-class RemoteSyncError(TallyError, RuntimeError):
+class RemoteSyncError(PlatformError, RuntimeError):
     """The API refused the request for good (unknown cloud, bad token, …), or stayed unreachable."""
 
 

@@ -11,7 +11,7 @@ from tally_pipeline.store.base import (
     StoreUnavailable,
     UnitOfWork,
 )
-from tally_pipeline.store.errors import TransactionFailed, TransientConflict
+from tally_pipeline.store.errors import TransactionFailed, TransientConflict, UnsupportedDatabase
 
 __all__ = [
     "RejectedEntry",
@@ -23,6 +23,7 @@ __all__ = [
     "TransactionFailed",
     "TransientConflict",
     "UnitOfWork",
+    "UnsupportedDatabase",
     "open_store",
 ]
 
@@ -42,4 +43,4 @@ def open_store(url: str, *, migrate: bool | None = None) -> Store:
         from tally_pipeline.store.postgres.store import PostgresStore
 
         return PostgresStore(url, migrate=bool(migrate))
-    raise ValueError(f"unsupported database URL {url!r}: use duckdb://PATH or postgresql://…")
+    raise UnsupportedDatabase(url)

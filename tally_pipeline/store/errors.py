@@ -10,11 +10,17 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 
-from tally_pipeline.core.errors import TallyError
+from tally_pipeline.core.errors import ConfigurationError
+from tally_pipeline.core.errors import StoreError as StoreError  # the group; its members are below
+from tally_pipeline.redaction import redact
 
 
-class StoreError(TallyError, RuntimeError):
-    """Base class of the store's own errors."""
+class UnsupportedDatabase(ConfigurationError, ValueError):
+    """A database URL no backend opens."""
+
+    def __init__(self, url: str):
+        super().__init__(f"unsupported database URL {redact(url)!r}: give duckdb:///PATH (an embedded file) or "
+                         "postgresql://USER@HOST/DB, in --database, $TALLY_DATABASE or the config's database")
 
 
 class StoreUnavailable(StoreError):

@@ -18,7 +18,7 @@ from contextlib import ExitStack
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
-from tally_pipeline.core.registry import Meter
+from tally_pipeline.core.registry import Meter, RegistryError
 from tally_pipeline.store.base import Dialect, UnitOfWork
 
 if TYPE_CHECKING:
@@ -120,7 +120,9 @@ class UsageSQL(abc.ABC):
     def meters(self, meters: Sequence[Meter]) -> Fragment:
         """The registered meters as relation ``m(resource_type, meter, per, path, divisor, unit, unbilled)``."""
         if not meters:
-            raise ValueError("no meters are registered")
+            raise RegistryError("no meters are registered, so there is no usage to compute: give at least one "
+                                "type a `meters` entry in its schema (a file in schemas_dir replaces the packaged "
+                                "type of its resource_type)")
         row = ("(CAST(%s AS TEXT), CAST(%s AS TEXT), CAST(%s AS TEXT), CAST(%s AS TEXT), CAST(%s AS BIGINT), "
                "CAST(%s AS TEXT), CAST(%s AS TEXT))")
         params: list[Any] = []

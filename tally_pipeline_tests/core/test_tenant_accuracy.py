@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 
 from tally_pipeline.core.registry import Meter
-from tally_pipeline.core.usage import Interval, tenant_error, usage_by_entity
+from tally_pipeline.core.usage import Interval, tenant_accuracy, usage_by_entity
 
 H = 1_000_000
 T0 = datetime(2026, 3, 1, tzinfo=UTC)
@@ -17,7 +17,7 @@ def test_over_billing_one_tenant_does_not_hide_under_billing_another() -> None:
     measured = {("c1", "p1", "instance_hours"): 1034 * H, ("c1", "p2", "volume_gb_hours"): 965 * H}
     netted = abs(sum(measured.values()) - sum(truth.values())) / sum(truth.values())
     assert netted == 0.0005
-    error = tenant_error(truth, measured)
+    error = tenant_accuracy(truth, measured)
     assert error.abs_error == (34 + 35) / 2000
     assert (error.worst.project_id, error.worst.meter) == ("p2", "volume_gb_hours")
     assert error.to_dict()["worst"] == {"cloud": "c1", "project_id": "p2", "meter": "volume_gb_hours",
@@ -25,10 +25,10 @@ def test_over_billing_one_tenant_does_not_hide_under_billing_another() -> None:
 
 
 def test_usage_billed_to_a_project_that_used_nothing_is_an_error() -> None:
-    error = tenant_error({("c1", "p1", "instance_hours"): 10 * H},
+    error = tenant_accuracy({("c1", "p1", "instance_hours"): 10 * H},
                          {("c1", "p1", "instance_hours"): 10 * H, ("c1", "p9", "instance_hours"): 2 * H})
     assert error.abs_error == 0.2 and error.worst.project_id == "p9" and error.worst.relative == 1.0
-    assert tenant_error({("c1", "p1", "m"): 5}, {("c1", "p1", "m"): 5}).to_dict() == {
+    assert tenant_accuracy({("c1", "p1", "m"): 5}, {("c1", "p1", "m"): 5}).to_dict() == {
         "abs_error": 0.0, "worst": None, "entities": 1}
 
 

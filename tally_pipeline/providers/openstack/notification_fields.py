@@ -11,11 +11,11 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from tally_pipeline.core.errors import TallyError
+from tally_pipeline.core.errors import InputError
 from tally_pipeline.core.values import INT64_MAX, INVALID_TEXT, NUMBER_OUT_OF_RANGE, is_text, number_problem
 
 
-class Invalid(TallyError, ValueError):
+class Invalid(InputError, ValueError):
     """A mapped event type whose payload lacks what the mapping needs. ``code`` says what is wrong:
     ``invalid`` (missing, of the wrong kind), or a bad value's reason (``core.values``)."""
 

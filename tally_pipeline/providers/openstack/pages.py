@@ -23,11 +23,11 @@ from typing import Any
 import orjson
 from openstack import exceptions as sdk_exceptions
 
-from tally_pipeline.core.errors import TallyError
+from tally_pipeline.core.errors import PlatformError
 from tally_pipeline.providers.interface import MarkerVanished
 
 
-class MalformedPage(TallyError, ValueError):
+class MalformedPage(PlatformError, ValueError):
     """A page that is not what the service's API reference promises."""
 
 

@@ -19,6 +19,7 @@ from tally_pipeline.providers.interface import AdapterError, DeletedResource, Li
 from tally_pipeline.providers.openstack.actions import ActionEvent, InstanceAction
 from tally_pipeline.providers.openstack.clocks import on_clock
 from tally_pipeline.providers.openstack.nova_notifications import api_status
+from tally_pipeline.providers.openstack.pages import MalformedPage
 from tally_pipeline.providers.openstack.statuses import in_transition, never_ran
 
 #: Nova's placeholder status (microversion 2.69+) for a server in a cell it cannot reach.
@@ -279,7 +280,8 @@ def instance_action(listed: Any, detail: Any) -> InstanceAction:
 
     name, request_id, started = field(listed, "action"), field(listed, "request_id"), when(field(listed, "start_time"))
     if not isinstance(name, str) or not isinstance(request_id, str) or started is None:
-        raise ValueError(f"an instance action without action, request_id or start_time: {listed!r}")
+        raise MalformedPage(f"an instance action without action, request_id or start_time (nova's API reference "
+                            f"promises all three): {listed!r}")
     events = tuple(
         ActionEvent(str(field(e, "event") or ""), when(field(e, "start_time")), when(field(e, "finish_time")),
                     field(e, "result"))

@@ -24,7 +24,7 @@ from datetime import datetime, timedelta
 from decimal import Decimal
 from typing import Any
 
-from tally_pipeline.core.errors import TallyError
+from tally_pipeline.core.errors import InputError
 from tally_pipeline.core.registry import Meter
 from tally_pipeline.core.timeutil import format_rfc3339
 from tally_pipeline.core.usage import Interval, interval_usage_micro, meter_value, to_micro, to_units
@@ -53,7 +53,7 @@ UNEXPLAINED_KINDS: dict[str, str] = {
 KINDS = (*EXPLAINED_KINDS, *UNEXPLAINED_KINDS)
 
 
-class AuditError(TallyError, ValueError):
+class AuditError(InputError, ValueError):
     """The audit cannot be made (a window that is empty, a usage answer that is not nova's)."""
 
 

@@ -14,12 +14,23 @@ from dataclasses import dataclass, field
 from datetime import UTC, date, datetime, time, timedelta
 from typing import Any
 
+from tally_pipeline.core.errors import InputError
 from tally_pipeline.core.registry import SizeSchemaRegistry
 from tally_pipeline.core.timeutil import format_rfc3339, to_utc
 from tally_pipeline.store import usage_daily
 from tally_pipeline.store.base import Store, UnitOfWork
 
 _DAY = timedelta(days=1)
+
+
+class DayRangeError(InputError, ValueError):
+    """A day range whose last day comes before its first. ``first`` and ``last`` name the two days as
+    the caller gave them (the command line says ``--from`` and ``--to``)."""
+
+    def __init__(self, first_day: date, last_day: date, *, first: str = "the first day", last: str = "the last day"):
+        super().__init__(f"{first} {first_day} is after {last} {last_day}: give {first} on or before {last}")
+        self.first_day = first_day
+        self.last_day = last_day
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,7 +82,7 @@ def recompute_usage_daily(
     """
     last_day = first_day if last_day is None else last_day
     if last_day < first_day:
-        raise ValueError(f"last day {last_day} is before first day {first_day}")
+        raise DayRangeError(first_day, last_day)
     through = to_utc(through) if through is not None else datetime.now(UTC)
     result = DailyResult(first_day, last_day, through)
     days = []

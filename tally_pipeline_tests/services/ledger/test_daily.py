@@ -72,7 +72,7 @@ def test_an_unusable_size_skips_that_entity_day_and_says_why(store, registry) ->
 
 
 def test_a_backwards_range_is_refused(store, registry) -> None:
-    with pytest.raises(ValueError, match="before first day"):
+    with pytest.raises(ValueError, match="first day 2026-03-02 is after the last day 2026-03-01"):  # a DayRangeError
         recompute_usage_daily(store, registry, date(2026, 3, 2), date(2026, 3, 1))
 
 

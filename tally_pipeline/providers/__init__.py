@@ -1,4 +1,9 @@
-"""Platform adapters: how reconciliation sees what a cloud really holds."""
+"""Providers: how reconciliation sees what a cloud really holds, one package per platform.
+
+``interface.py`` is what every provider implements (``PlatformAdapter``, and the optional
+capabilities reconciliation asks for by name); ``openstack/`` and ``simulated/`` are the two
+providers, each with its own words (docs/providers.md). ``core/`` never names one.
+"""
 
 from __future__ import annotations
 

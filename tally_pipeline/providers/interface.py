@@ -1,5 +1,10 @@
 """The adapter protocol: enumerate a cloud's resources per type, and (optionally) what was deleted.
 
+Besides ``PlatformAdapter``, reconciliation asks an adapter for these by name, when it has them:
+``listing_scope(type)`` (whose resources a listing covers; ``list_type``), ``instance_actions`` with
+its ``dating`` (the platform's record of what was done to a server, and the ``core.reconcile.Dating``
+that reads it) and ``resize_event_types`` (the stored event types that change a resource's size).
+
 An adapter never decides anything: it reports what the platform says. Each resource type either
 *enumerated* (a complete listing, possibly empty) or *failed* (with a reason). Reconciliation's
 missed-delete pass runs only over types that enumerated, so a platform that stops answering reads

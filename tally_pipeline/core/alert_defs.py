@@ -57,7 +57,7 @@ class Check:
 API, COLLECTOR = "tally", "tally-collector"
 GROUPS: Mapping[str, str] = {
     API: "",
-    COLLECTOR: "The notification bus collector's own /metrics (`tally collect openstack`, docs/collector.md): one "
+    COLLECTOR: "The notification bus collector's own /metrics (`tally collect PROVIDER`, docs/collector.md): one "
                "series set per collector process, so these rules keep the instance label.",
 }
 
@@ -137,7 +137,7 @@ max by (cloud) (tally_sync_last_guard_tripped) == 1""",
         "A configured cloud's latest sync (past its first {drift_warmup_syncs}, alerts.drift_warmup_syncs) created, "
         "deleted or recovered resources of a type while the collector stored no event of that type since the sync "
         "before it (or ever), though it stores the cloud's events of other types: the type's service publishes "
-        "where the collector does not listen (cinder: exchange 'openstack' unless its control_exchange is set). "
+        "where the collector does not listen (docs/collector.md says where each service publishes). "
         "A cloud with no collector events is TallyCloudEventsSilent's.",
         """\
 (
@@ -173,18 +173,18 @@ and on (cloud, resource_type)
         "ticket", "The ledger left usage unbilled ({{ $labels.reason }})",
         check=Check("ledger_postings", lambda i, s: rules.ledger_entities_skipped(i.ledger_skips))),
     AlertDef(
-        # Its checks are per OpenStack cloud, in their own daily job (they read nova): defs/ledger/usage_audit.py.
+        # Its checks are per cloud whose platform reports its own usage, in their own daily job: defs/ledger/usage_audit.py.
         "TallyUsageAuditFailed", "usage_audit",
-        "The latest audit of a configured OpenStack cloud against nova's own usage (os-simple-tenant-usage) found "
-        "a project whose instance-hours or vCPU-hours differ from nova's beyond the tolerance with no known "
-        "explanation (a tampered or lost posting, a server billed that nova never ran, a server nova ran that "
+        "The latest audit of a configured cloud against the platform's own usage report found "
+        "a project whose instance-hours or vCPU-hours differ from the platform's beyond the tolerance with no known "
+        "explanation (a tampered or lost posting, a server billed that the platform never ran, one it ran that "
         "tally does not bill), or could not be made at all; or a cloud that was audited has not been for two days "
         "(the daily usage_audit schedule stopped).",
         """\
 max by (cloud) (tally_usage_audit_last_failed) == 1
 or
 time() - max by (cloud) (tally_usage_audit_last_timestamp_seconds) > 2 * 86400""",
-        "ticket", "The ledger of {{ $labels.cloud }} disagrees with nova's own usage, unexplained"),
+        "ticket", "The ledger of {{ $labels.cloud }} disagrees with the platform's own usage, unexplained"),
     AlertDef(
         "TallyCollectorBrokerUnreachable", "collector_broker_unreachable",
         "The collector has not been consuming for 5 minutes (no connection, login refused, its queues refused), "

@@ -589,7 +589,7 @@ def redate(corrections: Sequence[Correction], dating: Dating | None,
         found = records.get(c.resource_id) if records is not None and c.resource_type in STATUS_TYPES else None
         if c.action == "update":
             out.extend(dating.date_update(c, c.basis, found or (), poll) if dating is not None and records is not None
-                       else [plain(c)])
+                       else [_plain(c)])
         elif found is not None and dating is not None:
             out.extend(dating.with_past(c, c.basis, found, kept.get((c.resource_type, c.resource_id), ()), poll))
         else:
@@ -597,7 +597,7 @@ def redate(corrections: Sequence[Correction], dating: Dating | None,
     return out
 
 
-def plain(c: Correction) -> Correction:
+def _plain(c: Correction) -> Correction:
     """The correction as planned: nothing left to date it by."""
     return dataclasses.replace(c, basis=None)
 
@@ -606,7 +606,7 @@ def _sized_from_kept(c: Correction, kept: Sequence[KeptUpdate]) -> Correction:
     """A create whose history kept updates: on the size they say it had (or marked unknown)."""
     older, known = older_size(kept, c.occurred_at)
     if older is None or (known and older == c.size):
-        return plain(c)
+        return _plain(c)
     why = c.why + ("; on the size its kept history gives before" if known
                    else "; size before its first kept resize unknown: the earliest size kept")
     return dataclasses.replace(c, size=older, size_unknown=not known, why=why, basis=None)

@@ -238,9 +238,11 @@ def run_demo(s: DemoSettings, *, progress: Callable[[int, int], None] | None = N
         result = job.execute_in_process(instance=instance, raise_on_error=False,
                                         run_config={"loggers": {"demo_log": {}}}, **kwargs)
         run.dagster_runs[name] += 1
+        if result.success:
+            return result
         # A partial sync is a failed run by design (docs/operations.md): the demo reports it, not stops on it.
         dagster_run = instance.get_run_by_id(result.run_id)
-        if not result.success and (dagster_run is None or dagster_run.tags.get(SYNC_STATUS) != "partial"):
+        if dagster_run is None or dagster_run.tags.get(SYNC_STATUS) != "partial":
             failure = next((e for e in result.all_events if e.is_step_failure), None)
             error = failure.step_failure_data.error if failure else None
             raise RuntimeError(f"{name} failed: " + (error.message if error else "see dagster.log"))

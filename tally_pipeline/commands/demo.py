@@ -70,6 +70,5 @@ def demo(clouds: int, hours: float, loss: float, duplicates: float, seed: int, d
         run = run_demo(settings, progress=lines.tick, stage=lines.stage)
     figures = report(run)
     _say(f"drawing {figures['picture']}")
-    figures = report(run)
     picture(run, Path(figures["picture"]))
     click.echo(json.dumps(figures, indent=2) if as_json else text(figures))

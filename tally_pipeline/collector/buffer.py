@@ -1,7 +1,11 @@
-"""The collector's on-disk buffer: one SQLite file, one row per event, fsync'd on every commit.
+"""The collector's on-disk buffer: one SQLite file, one row per event, fsync'd whenever events come in.
 
-Layout of ``<buffer_dir>/buffer.sqlite3`` (WAL journal, ``synchronous=FULL``, so a commit is on
-disk when it returns):
+Layout of ``<buffer_dir>/buffer.sqlite3`` (WAL journal). A transaction that takes events in (``append``,
+``requeue_rejected``) commits with ``synchronous=FULL``: it is on disk when it returns. The sender's
+transactions (claims, settles, notes) commit with ``synchronous=NORMAL``, not fsync'd on their own:
+a power cut may undo the last of them, which only sends their events again (the API absorbs a
+second copy), and the next FULL commit puts them on disk with its own (the WAL is synced as a
+whole). A killed process loses none of them (they are in the operating system's hands).
 
 - ``buffered``: events waiting to be sent — ``seq`` (insertion order), ``event_id``, ``body`` (the
   event's JSON as submitted), ``size`` (bytes of the body), ``enqueued_at`` (unix time),
@@ -30,6 +34,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import fcntl
+import json
 import logging
 import os
 import sqlite3
@@ -361,6 +366,7 @@ class DiskBuffer:
         self.owner = owner or uuid.uuid4().hex
         self._lock = threading.RLock()
         self._closed = False
+        self._durable = True  # the connection's synchronous setting: FULL (True) or NORMAL
         try:
             _usable_dir(self.dir)
             created = not self.path.exists()
@@ -383,12 +389,16 @@ class DiskBuffer:
     # -- plumbing -----------------------------------------------------------------------------
 
     @contextlib.contextmanager
-    def _write(self) -> Iterator[sqlite3.Connection]:
-        """One write transaction, taken up front (BEGIN IMMEDIATE) so it never fails half-way on a lock."""
+    def _write(self, *, durable: bool = True) -> Iterator[sqlite3.Connection]:
+        """One write transaction, taken up front (BEGIN IMMEDIATE) so it never fails half-way on a lock.
+        ``durable``: fsync'd at its commit (events coming in); else synced by the next one that is."""
         with self._lock:
             if self._closed:
                 raise RuntimeError("the collector buffer is closed")
             con = self._con
+            if durable != self._durable:
+                con.execute("PRAGMA synchronous=FULL" if durable else "PRAGMA synchronous=NORMAL")
+                self._durable = durable
             con.execute("BEGIN IMMEDIATE")
             try:
                 yield con
@@ -403,13 +413,13 @@ class DiskBuffer:
         """One write transaction of the sender's side (taking events out). Its writes are small; when the
         disk is full the reserve is given back to the file system and the write is tried again."""
         try:
-            with self._write() as con:
+            with self._write(durable=False) as con:
                 return work(con)
         except (sqlite3.Error, OSError) as exc:
             if not _is_disk_full(exc):
                 raise
             self._on_disk_full(exc)
-        with self._write() as con:
+        with self._write(durable=False) as con:
             return work(con)
 
     def _on_disk_full(self, exc: BaseException) -> None:
@@ -644,10 +654,15 @@ class DiskBuffer:
                     break
                 total += size + 1
                 items.append(BufferedItem(seq, event_id, body, size, enqueued_at, attempts + 1))
-            con.executemany(
-                "UPDATE buffered SET claimed_by = ?, attempts = attempts + 1, last_attempt_at = ? WHERE seq = ?",
-                [(self.owner, now, item.seq) for item in items],
-            )
+            if items:
+                # The items are the unclaimed rows from the first seq to the last (in either order), all
+                # of them: one statement claims them (the write lock is held since the SELECT).
+                low, high = sorted((items[0].seq, items[-1].seq))
+                con.execute(
+                    "UPDATE buffered SET claimed_by = ?, attempts = attempts + 1, last_attempt_at = ? "
+                    "WHERE claimed_by IS NULL AND seq BETWEEN ? AND ?",
+                    (self.owner, now, low, high),
+                )
             return items
 
         return self._taking(work)
@@ -667,9 +682,10 @@ class DiskBuffer:
                 "WHERE seq = ? AND claimed_by = ?",
                 [(r.reason, r.message, r.origin, now, r.seq, self.owner) for r in rejected],
             )
-            con.executemany(
-                "DELETE FROM buffered WHERE seq = ? AND claimed_by = ?",
-                [(seq, self.owner) for seq in (*done, *(r.seq for r in rejected))],
+            # One statement for the batch, its seqs as one JSON array.
+            con.execute(
+                "DELETE FROM buffered WHERE claimed_by = ? AND seq IN (SELECT value FROM json_each(?))",
+                (self.owner, json.dumps([*done, *(r.seq for r in rejected)])),
             )
             if rejected:
                 self._trim_rejected_bytes(con)
@@ -687,7 +703,7 @@ class DiskBuffer:
     def note_sender(self, values: dict[str, str | None]) -> None:
         if self.disk_full is not None:
             return  # a note is for people: no space spent on it while the disk is full
-        with self._write() as con:
+        with self._write(durable=False) as con:
             con.executemany(
                 "INSERT INTO sender_state (key, value) VALUES (?, ?) "
                 "ON CONFLICT (key) DO UPDATE SET value = excluded.value",

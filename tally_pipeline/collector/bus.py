@@ -52,6 +52,7 @@ from typing import Any
 import kombu
 from amqp.exceptions import AccessRefused, NotFound, PreconditionFailed
 
+from tally_pipeline.collector.amqp_reading import buffer_reads, read_frames
 from tally_pipeline.collector.backoff import Backoff
 from tally_pipeline.collector.buffer import BusRejection
 from tally_pipeline.collector.client import Collector
@@ -177,6 +178,7 @@ class BusConsumer:
             )
             try:
                 conn.connect()
+                buffer_reads(conn)
                 channel, consumer_tags = self._open(conn)
                 failures = 0
                 self._set_connected(True)
@@ -321,7 +323,7 @@ class BusConsumer:
             now = time.monotonic()
             wait = MAX_READ_WAIT if not self._pending else min(MAX_READ_WAIT, max(0.001, self._flush_due - now))
             try:
-                conn.drain_events(timeout=wait)
+                read_frames(conn, wait)  # every frame already received, under one timeout
             except TimeoutError:
                 pass
             now = time.monotonic()

@@ -42,6 +42,7 @@ paths agree, or reconciliation will correct each new volume's type once.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import uuid
 from collections import Counter
@@ -64,6 +65,7 @@ from tally_pipeline.providers.openstack.nova_notifications import NovaAction, No
 
 #: Namespace of the UUIDv5 event ids derived from (cloud, message_id), or for nova from the action.
 EVENT_ID_NAMESPACE = uuid.UUID("3f9d3c1e-7a43-5f1b-9c55-1d6f0e2b8a47")
+_NAMESPACE_BYTES = EVENT_ID_NAMESPACE.bytes
 
 UnmappedKind = Literal["unknown_type", "ignored", "invalid"]
 #: Why an ``ignored`` notification changes no usage.
@@ -196,7 +198,7 @@ def map_notification(
             "priority": message.get("priority"),
             "timestamp": format_rfc3339(sent_at) if sent_at else None,
         }
-        event_id = str(uuid.uuid5(EVENT_ID_NAMESPACE, f"{cloud}/{message_id}"))
+        event_id = _event_uuid(f"{cloud}/{message_id}")
     if found.size is not None:
         body["size"] = found.size
     if found.status:
@@ -242,7 +244,17 @@ def _service_found(
 def _nova_event_id(cloud: str, instance_id: str, action: str, occurred_at: datetime) -> str:
     """Shared by nova's two formats: a cloud emitting both stores one event per payload-dated action,
     and a redelivered message is still a duplicate."""
-    return str(uuid.uuid5(EVENT_ID_NAMESPACE, f"{cloud}/nova/{instance_id}/{action}/{format_rfc3339(occurred_at)}"))
+    return _event_uuid(f"{cloud}/nova/{instance_id}/{action}/{format_rfc3339(occurred_at)}")
+
+
+def _event_uuid(name: str) -> str:
+    """``str(uuid.uuid5(EVENT_ID_NAMESPACE, name))``, the same text without the UUID object (a collector
+    makes one per notification)."""
+    digest = bytearray(hashlib.sha1(_NAMESPACE_BYTES + name.encode("utf-8"), usedforsecurity=False).digest()[:16])
+    digest[6] = (digest[6] & 0x0F) | 0x50  # version 5
+    digest[8] = (digest[8] & 0x3F) | 0x80  # the RFC 4122 variant
+    h = digest.hex()
+    return f"{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}"
 
 
 def _unmapped_type(event_type: str) -> Unmapped:

@@ -98,7 +98,7 @@ def test_usage_daily_without_meters_prints_what_to_register(tmp_path: Path) -> N
 # -- an unknown provider -----------------------------------------------------------------------------
 
 def test_an_unknown_provider_is_a_configuration_error_naming_the_key_and_the_providers() -> None:
-    from tally_pipeline.adapters import adapter_for
+    from tally_pipeline.providers import adapter_for
 
     from tally_pipeline.config import ConfigError
 

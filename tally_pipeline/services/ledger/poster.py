@@ -48,8 +48,15 @@ from tally_pipeline.core.ledger import (
 from tally_pipeline.core.registry import Meter, SizeSchemaRegistry
 from tally_pipeline.core.timeutil import format_rfc3339
 from tally_pipeline.core.usage import to_units, unknown_status_policy
-from tally_pipeline.services.ledger.late import LateMemo, late_for
-from tally_pipeline.store import ledger_checkpoints, ledger_late, ledger_postings, ledger_records, resource_reads
+from tally_pipeline.services.ledger.late import LateMemo, late_for, late_rows
+from tally_pipeline.store import (
+    ledger_checkpoints,
+    ledger_delta,
+    ledger_late,
+    ledger_postings,
+    ledger_records,
+    resource_reads,
+)
 from tally_pipeline.store.base import Store, StoreError, UnitOfWork
 from tally_pipeline.store.usage_reads import batch_totals, begun_projects
 from tally_pipeline.store.usage_sql import Fragment, UsageSQL
@@ -188,6 +195,7 @@ class _Cycle:
     window: CycleWindow
     cycle_id: str
     on_stage: StageHook
+    in_sql: bool  # the delta computed in the database (store.ledger_delta), not by plan_delta here
     late: LateMemo = field(default_factory=dict)  # shared by the batches (late.LateMemo)
 
 
@@ -207,6 +215,7 @@ def post_usage(
     cycle_id: str | None = None,
     workers: int | None = None,
     on_stage: StageHook | None = None,
+    deltas_in_sql: bool | None = None,
 ) -> CycleResult:
     """Run one posting cycle at ``now``; ``entities`` limits it to those keys.
 
@@ -218,7 +227,7 @@ def post_usage(
     if batch_size < 1:
         raise ValueError("batch_size must be at least 1")
     window = CycleWindow.at(now, ingest_lag=ingest_lag, window_days=window_days)
-    cycle = _prepare(store, registry, window, cycle_id, on_stage)
+    cycle = _prepare(store, registry, window, cycle_id, on_stage, deltas_in_sql)
     result = CycleResult(cycle.cycle_id, window.now, window.clamp, window.window_start)
     cycle.on_stage("cycle_start", {"cycle_id": cycle.cycle_id})
 
@@ -295,9 +304,14 @@ def _prepare(
     window: CycleWindow,
     cycle_id: str | None,
     on_stage: StageHook | None,
+    deltas_in_sql: bool | None,
 ) -> _Cycle:
     meters = registry.meters()
     sql = store.usage_sql()
+    if deltas_in_sql is None:
+        deltas_in_sql = sql.computes_deltas
+    elif deltas_in_sql and not sql.computes_deltas:
+        raise ValueError(f"the {sql.dialect} store cannot compute deltas in SQL")
     return _Cycle(
         sql=sql,
         meters=sql.meters(meters),
@@ -305,6 +319,7 @@ def _prepare(
         window=window,
         cycle_id=cycle_id or uuid.uuid4().hex,
         on_stage=on_stage or _no_hook,
+        in_sql=deltas_in_sql,
     )
 
 
@@ -351,6 +366,8 @@ def _run_isolating(store: Store, cycle: _Cycle, keys: list[EntityKey], number: i
 
 def post_batch(uow: UnitOfWork, cycle: _Cycle, keys: Sequence[EntityKey], number: int = 0) -> BatchOutcome:
     """Post one batch of entities (a run of the listing, in key order) inside the caller's transaction."""
+    if cycle.in_sql:
+        return _post_batch_in_sql(uow, cycle, keys, number)
     window, sql = cycle.window, cycle.sql
     outcome = BatchOutcome()
     with ExitStack() as stack:
@@ -407,6 +424,48 @@ def post_batch(uow: UnitOfWork, cycle: _Cycle, keys: Sequence[EntityKey], number
         cycle.on_stage("batch_posted", {"batch": number, "entities": len(keys), "postings": len(postings)})
         if advanced:
             ledger_checkpoints.advance(uow, stack, sql, window, cycle.cycle_id, advanced, watermark)
+    return outcome
+
+
+def _post_batch_in_sql(uow: UnitOfWork, cycle: _Cycle, keys: Sequence[EntityKey], number: int) -> BatchOutcome:
+    """``post_batch`` with the delta computed in the database (``store.ledger_delta``): the same rule,
+    the same statements' order of locks, and only the unusual entities read back into Python."""
+    window, sql = cycle.window, cycle.sql
+    outcome = BatchOutcome()
+    with ExitStack() as stack:
+        sql.plan_per_batch(uow)
+        watermark = ledger_late.pin_watermark(uow, sql)  # before the row locks, as in post_batch
+        survey = ledger_delta.lock_and_survey(uow, sql, keys, window, watermark)
+        cycle.on_stage("batch_locked", {"batch": number, "entities": len(keys)})
+
+        in_batch = set(keys)
+        settled: set[tuple[str, str, str]] = set()
+        for key, clamp in survey.settled:  # at or past the clamp: needs_posting is False or raises
+            if key not in in_batch:  # locked in the range, not the batch's
+                continue
+            settled.add(key)
+            try:
+                if not needs_posting(clamp, window, EntityKey(*key)):
+                    outcome.already_posted += 1
+            except NonMonotonicCheckpoint as exc:
+                outcome.skipped.append(SkippedEntity.of(EntityKey(*key), f"non_monotonic: {exc}"))
+
+        late = late_rows(uow, sql, cycle.by_name.values(), window, survey.late_spans, watermark, cycle.late, in_batch)
+        posted = ledger_delta.post_deltas(uow, stack, sql, cycle.meters, window, cycle.cycle_id, keys, watermark, late)
+        cycle.on_stage("batch_posted", {"batch": number, "entities": len(keys), "postings": posted.postings})
+
+    pending = [key for key in keys if key not in settled]
+    if posted.advanced != len(pending):  # checkpoint rows gone since the listing: name them
+        gone = set(ledger_delta.missing(uow, pending))
+        outcome.skipped += [SkippedEntity.of(key, "no_checkpoint: the checkpoint row vanished") for key in pending
+                            if key in gone]
+        pending = [key for key in pending if key not in gone]
+    for key, n_bad, example in posted.bad:  # posted without the unreadable intervals, and reported
+        outcome.excluded.append(SkippedEntity.of(EntityKey(*key), f"bad_size: {example}", n_bad))
+    outcome.unchanged = len(posted.unchanged)
+    outcome.posted = [key for key in pending if key not in posted.unchanged]
+    outcome.postings = posted.postings
+    outcome.totals = posted.sums
     return outcome
 
 

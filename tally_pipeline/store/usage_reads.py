@@ -51,12 +51,18 @@ def cumulative_usage(store: Store, meters: Sequence[Meter], through: datetime) -
     ]
 
 
-def begun_projects(store: Store, before: datetime) -> list[tuple[str, str, str]]:
-    """``(cloud, project_id, resource_type)`` of every interval begun before ``before``: the
-    entities a cycle at that clamp must have a checkpoint for."""
-    return store.query(
-        "SELECT DISTINCT cloud, project_id, resource_type FROM resource_intervals WHERE start_at < %s", [before]
+def unopened_entities(store: Store, meters: Fragment, before: datetime) -> list[tuple[str, str, str]]:
+    """``(cloud, project_id, meter)`` of every entity with an interval begun before ``before`` and no
+    checkpoint: those a cycle at that clamp must open. ``meters`` is ``UsageSQL.meters``."""
+    statement = compose(
+        "SELECT DISTINCT i.cloud, i.project_id, m.meter FROM resource_intervals i JOIN ",
+        meters,
+        " ON m.resource_type = i.resource_type WHERE i.start_at < ",
+        p(before),
+        " AND NOT EXISTS (SELECT 1 FROM usage_checkpoints c WHERE c.cloud = i.cloud AND c.project_id = i.project_id"
+        " AND c.meter = m.meter)",
     )
+    return store.query(statement.sql, statement.params)
 
 
 def batch_totals(

@@ -58,7 +58,7 @@ from tally_pipeline.store import (
     resource_reads,
 )
 from tally_pipeline.store.base import Store, StoreError, UnitOfWork
-from tally_pipeline.store.usage_reads import batch_totals, begun_projects
+from tally_pipeline.store.usage_reads import batch_totals, unopened_entities
 from tally_pipeline.store.usage_sql import Fragment, UsageSQL
 
 DEFAULT_BATCH_SIZE = 5000
@@ -233,13 +233,17 @@ def post_usage(
 
     listing = _entities(store, cycle)
     cycle.on_stage("listed", {"entities": len(listing)})
-    todo: list[EntityKey] = []
-    wanted = set(entities) if entities is not None else None
-    for cloud, project_id, meter, clamp in listing:
+    if entities is not None:
+        wanted = set(entities)  # EntityKeys: a listed row's key tuple finds its equal
+        listing = [row for row in listing if row[:3] in wanted]
+    result.entities = len(listing)
+    # the common case in one pass (a registered meter, a checkpoint before the clamp: needs_posting
+    # holds), and the rest through the rule below, in key order as listed
+    known, clamp_now = cycle.by_name, window.clamp
+    todo = [EntityKey(c, pr, m) for c, pr, m, clamp in listing if m in known and (clamp is None or clamp < clamp_now)]
+    unusual = [row for row in listing if not (row[2] in known and (row[3] is None or row[3] < clamp_now))]
+    for cloud, project_id, meter, clamp in unusual:
         key = EntityKey(cloud, project_id, meter)
-        if wanted is not None and key not in wanted:
-            continue
-        result.entities += 1
         if meter not in cycle.by_name:
             result.skipped.append(SkippedEntity.of(key, f"unknown_meter: {meter} is not registered"))
             continue
@@ -250,7 +254,7 @@ def post_usage(
         except NonMonotonicCheckpoint as exc:
             result.skipped.append(SkippedEntity.of(key, f"non_monotonic: {exc}"))
             continue
-        todo.append(key)
+        raise AssertionError(f"{key} needs posting but was not listed as such")  # the filter above is the rule
 
     batches = [todo[start : start + batch_size] for start in range(0, len(todo), batch_size)]
     if workers is None:
@@ -326,14 +330,8 @@ def _prepare(
 def _entities(store: Store, cycle: _Cycle) -> list[tuple[str, str, str, datetime | None]]:
     """Every entity with its checkpoint's clamp, in key order; new entities get a checkpoint first."""
     listing = ledger_checkpoints.listing(store)
-    by_type: dict[str, list[str]] = {}
-    for meter in cycle.by_name.values():
-        by_type.setdefault(meter.resource_type, []).append(meter.name)
-    known = {(cloud, project_id, meter) for cloud, project_id, meter, _ in listing}
-    missing = sorted(
-        {(cloud, project_id, meter) for cloud, project_id, rtype in begun_projects(store, cycle.window.clamp)
-         for meter in by_type.get(rtype, ())} - known
-    )
+    # found in the database: in a steady cycle there are none, and nothing per entity comes back
+    missing = sorted(unopened_entities(store, cycle.meters, cycle.window.clamp))
     if missing:
         keys = [EntityKey(*key) for key in missing]
         store.run(lambda uow: ledger_checkpoints.open_checkpoints(uow, cycle.sql, keys))

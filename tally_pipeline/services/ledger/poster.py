@@ -12,7 +12,9 @@ A cycle (``post_usage``):
    Postgres), sum the batch's usage, insert the postings, advance the checkpoints. The split of
    each delta is ``core.ledger.plan_delta``; usage that events folded since a checkpoint added
    between its boundary and this cycle's is read by ``ledger.late`` (docs/ledger.md, "The
-   aged-out split");
+   aged-out split"). On Postgres the same rule runs in the database (``store.ledger_delta``:
+   one statement sums, splits, posts and advances), so no checkpoint or total passes through
+   Python; DuckDB, which has no data-modifying ``WITH``, applies ``plan_delta`` here;
 4. records the cycle and everything it skipped or excluded (``store.ledger_records``), which the
    audit, ``/metrics`` and the ``TallyLedgerEntitiesSkipped`` alert read.
 
@@ -71,7 +73,8 @@ CONCURRENCY_ERRORS: tuple[type[BaseException], ...] = (StoreError,)
 
 #: ``on_stage(stage, info)`` is called at: ``cycle_start``, ``listed`` (entities listed, checkpoints
 #: opened, nothing locked), ``batch_locked`` (checkpoints locked),
-#: ``batch_posted`` (postings inserted, checkpoints not yet advanced, transaction open),
+#: ``batch_posted`` (postings inserted, transaction open; on the Python path the checkpoints are not
+#: yet advanced, on Postgres's SQL path one statement did both),
 #: ``batch_committed``. Tests use it to line processes up and to kill one mid-batch.
 StageHook = Callable[[str, dict[str, Any]], None]
 

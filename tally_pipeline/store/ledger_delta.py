@@ -18,8 +18,12 @@ from collections.abc import Sequence
 from contextlib import ExitStack
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from typing import Any
+
+import orjson
 
 from tally_pipeline.core.ledger import AGED_OUT, USAGE, CycleWindow, EntityKey
+from tally_pipeline.core.usage import epoch_us
 from tally_pipeline.store.base import UnitOfWork
 from tally_pipeline.store.ledger_checkpoints import batch_range
 from tally_pipeline.store.usage_reads import totals_relation
@@ -125,13 +129,7 @@ def post_deltas(
         uow, stack, "k", [("cloud", "text"), ("project_id", "text"), ("meter", "text")],
         [[k.cloud for k in keys], [k.project_id for k in keys], [k.meter for k in keys]],
     )
-    late_rows = sql.rows(
-        uow, stack, "l",
-        [("cloud", "text"), ("project_id", "text"), ("meter", "text"), ("since", "bigint"), ("start", "timestamptz"),
-         ("micro", "micro")],
-        [[r.key.cloud for r in late], [r.key.project_id for r in late], [r.key.meter for r in late],
-         [r.since for r in late], [r.start.isoformat() for r in late], [str(r.micro) for r in late]],
-    )
+    late_micro = _late_lookup(sql, late)
     total, before = sql.amount_to_micro("c.total"), sql.amount_to_micro("c.aged_before")
     now = datetime.now(UTC)
     same = "{a}.cloud = {b}.cloud AND {a}.project_id = {b}.project_id AND {a}.meter = {b}.meter"
@@ -141,15 +139,15 @@ def post_deltas(
         p(window.boundary),
         f" THEN coalesce(t.xb, 0) - {total} ELSE coalesce(t.split, 0) - {before} + CASE WHEN ",
         _needs_late("c", window, watermark),
-        " THEN coalesce(l.micro::numeric, 0) ELSE 0 END END AS aged, coalesce(t.n_bad, 0) AS n_bad, t.example FROM ",
+        " THEN ",
+        late_micro,
+        " ELSE 0 END END AS aged, coalesce(t.n_bad, 0) AS n_bad, t.example FROM ",
         key_rows,
         f" JOIN usage_checkpoints c ON {same.format(a='c', b='k')} JOIN ",
         meters,
         " ON m.meter = c.meter LEFT JOIN ",
         totals_relation(sql, meters, window, keys, "t"),
-        f" ON {same.format(a='t', b='c')} LEFT JOIN ",
-        late_rows,
-        f" ON {same.format(a='l', b='c')} AND l.since = c.watermark AND l.start = c.aged_boundary"
+        f" ON {same.format(a='t', b='c')}"
         " WHERE (c.clamp IS NULL OR c.clamp < ",
         p(window.clamp),
         ")",
@@ -206,6 +204,23 @@ def post_deltas(
         else:
             out.bad.append(((cloud, project_id, meter), int(n), str(text)))
     return out
+
+
+def _late_lookup(sql: UsageSQL, late: Sequence[LateRow]) -> Fragment:
+    """Checkpoint ``c``'s ``late``: the row naming its entity and its span (watermark, boundary), else 0.
+
+    A lookup in one JSON object, cloud → project → meter → watermark → boundary (µs), rather than
+    a join: the rows are usually none, sometimes a few, and a join with a row set of unknown size is
+    planned as a nested loop over the batch.
+    """
+    if not late:
+        return Fragment("0")
+    lookup: dict[str, Any] = {}
+    for r in late:
+        spans = lookup.setdefault(r.key.cloud, {}).setdefault(r.key.project_id, {}).setdefault(r.key.meter, {})
+        spans.setdefault(str(r.since), {})[str(epoch_us(r.start))] = str(r.micro)
+    path = f"-> c.cloud -> c.project_id -> c.meter -> c.watermark::text ->> {sql.us('c.aged_boundary')}::text"
+    return Fragment(f"coalesce((%s::jsonb {path})::numeric, 0)", (orjson.dumps(lookup).decode(),))
 
 
 def missing(uow: UnitOfWork, keys: Sequence[EntityKey]) -> list[EntityKey]:

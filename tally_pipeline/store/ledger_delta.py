@@ -14,6 +14,7 @@ Postgres only: DuckDB has no data-modifying ``WITH``; it posts through the Pytho
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Sequence
 from contextlib import ExitStack
 from dataclasses import dataclass, field
@@ -38,6 +39,7 @@ class Survey:
 
     settled: list[tuple[Key, datetime]]  # checkpoints at or past the clamp (their clamp), in key order
     late_spans: list[tuple[int, datetime]]  # distinct ``core.ledger.late_span`` results of the others
+    exact: bool  # the range holds the batch's keys and no other
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,7 +68,8 @@ def lock_and_survey(uow: UnitOfWork, sql: UsageSQL, keys: Sequence[EntityKey], w
     """Row-lock the checkpoints in the batch's key range, in key order, returning only the unusual.
 
     The range may hold entities that are not in the batch (opened since the listing, or filtered
-    out): they are locked and may be named here; the caller leaves them alone.
+    out): they are locked and may be named here; the caller leaves them alone. Whether it holds
+    exactly the batch is told by a digest of its keys, in the listing's order.
     """
     statement = compose(
         "WITH l AS MATERIALIZED (SELECT c.cloud, c.project_id, c.meter, c.clamp, c.aged_boundary, c.watermark"
@@ -74,23 +77,32 @@ def lock_and_survey(uow: UnitOfWork, sql: UsageSQL, keys: Sequence[EntityKey], w
         batch_range(sql, keys),
         " ORDER BY c.cloud, c.project_id, c.meter ",
         sql.lock_rows(),
-        # the first branch reads every locked row, so every row in the range is locked
-        ") SELECT l.cloud, l.project_id, l.meter, l.clamp, NULL::bigint, NULL::timestamptz FROM l"
+        # the last branch reads every locked row, so every row in the range is locked
+        ") SELECT l.cloud, l.project_id, l.meter, l.clamp, NULL::bigint, NULL::timestamptz, NULL::text FROM l"
         " WHERE l.clamp >= ",
         p(window.clamp),
-        " UNION ALL SELECT DISTINCT NULL::text, NULL::text, NULL::text, NULL::timestamptz, l.watermark, l.aged_boundary"
-        " FROM l WHERE ",
+        " UNION ALL SELECT DISTINCT NULL::text, NULL::text, NULL::text, NULL::timestamptz, l.watermark, l.aged_boundary,"
+        " NULL::text FROM l WHERE ",
         _needs_late("l", window, watermark),
-        " ORDER BY 1, 2, 3",
+        " UNION ALL SELECT NULL, NULL, NULL, NULL, NULL, NULL, coalesce(encode(sha256(convert_to(string_agg(l.cloud"
+        " || chr(31) || l.project_id || chr(31) || l.meter, chr(30) ORDER BY l.cloud, l.project_id, l.meter),"
+        " 'UTF8')), 'hex'), '') FROM l ORDER BY 1, 2, 3",
     )
     settled: list[tuple[Key, datetime]] = []
     spans: list[tuple[int, datetime]] = []
-    for cloud, project_id, meter, clamp, since, start in uow.fetchall(statement.sql, statement.params):
-        if cloud is None:
+    exact = False
+    for cloud, project_id, meter, clamp, since, start, digest in uow.fetchall(statement.sql, statement.params):
+        if digest is not None:
+            exact = digest == _digest(keys)
+        elif cloud is None:
             spans.append((int(since), start))
         else:
             settled.append(((cloud, project_id, meter), clamp))
-    return Survey(settled, spans)
+    return Survey(settled, spans, exact)
+
+
+def _digest(keys: Sequence[EntityKey]) -> str:
+    return hashlib.sha256("\x1e".join([f"{k.cloud}\x1f{k.project_id}\x1f{k.meter}" for k in keys]).encode()).hexdigest()
 
 
 def _needs_late(c: str, window: CycleWindow, watermark: int) -> Fragment:
@@ -116,6 +128,8 @@ def post_deltas(
     keys: Sequence[EntityKey],
     watermark: int,
     late: Sequence[LateRow],
+    *,
+    exact: bool = False,
 ) -> Posted:
     """Post the batch's entities that need posting (``needs_posting``) and advance their checkpoints.
 
@@ -123,12 +137,20 @@ def post_deltas(
     ``U(B) − total`` for a checkpoint posted at or before this cycle's boundary ``B``, else
     ``U(split) − aged_before + late`` (``late`` only where ``late_span`` names the row's
     ``(since, start)``); ``usage = delta − aged_out``; each non-zero one is a posting. The checkpoint
-    becomes (``U(clamp)``, clamp, ``B``, ``U(B)``, ``watermark``). Call after ``lock_and_survey``.
+    becomes (``U(clamp)``, clamp, ``B``, ``U(B)``, ``watermark``). Call after ``lock_and_survey``;
+    ``exact`` is its ``Survey.exact`` (the key range is then read without the keys being sent).
     """
-    key_rows = sql.rows(
-        uow, stack, "k", [("cloud", "text"), ("project_id", "text"), ("meter", "text")],
-        [[k.cloud for k in keys], [k.project_id for k in keys], [k.meter for k in keys]],
-    )
+    if exact:  # the key range alone, bounded exactly by a row comparison the planner estimates sanely
+        checkpoints = Fragment("usage_checkpoints c")
+        bound = Fragment(" AND (c.cloud, c.project_id, c.meter) >= (%s, %s, %s) AND (c.cloud, c.project_id, c.meter)"
+                         " <= (%s, %s, %s)", (*keys[0], *keys[-1]))
+    else:  # the batch's keys sent: joined with a row set of unknown size, a nested loop over the batch
+        checkpoints = compose(
+            sql.rows(uow, stack, "k", [("cloud", "text"), ("project_id", "text"), ("meter", "text")],
+                     [[k.cloud for k in keys], [k.project_id for k in keys], [k.meter for k in keys]]),
+            " JOIN usage_checkpoints c ON c.cloud = k.cloud AND c.project_id = k.project_id AND c.meter = k.meter",
+        )
+        bound = Fragment("")
     late_micro = _late_lookup(sql, late)
     total, before = sql.amount_to_micro("c.total"), sql.amount_to_micro("c.aged_before")
     now = datetime.now(UTC)
@@ -142,8 +164,8 @@ def post_deltas(
         " THEN ",
         late_micro,
         " ELSE 0 END END AS aged, coalesce(t.n_bad, 0) AS n_bad, t.example FROM ",
-        key_rows,
-        f" JOIN usage_checkpoints c ON {same.format(a='c', b='k')} JOIN ",
+        checkpoints,
+        " JOIN ",
         meters,
         " ON m.meter = c.meter LEFT JOIN ",
         totals_relation(sql, meters, window, keys, "t"),
@@ -151,6 +173,7 @@ def post_deltas(
         " WHERE (c.clamp IS NULL OR c.clamp < ",
         p(window.clamp),
         ")",
+        bound,
         batch_range(sql, keys, exact=False),
         "), u AS (UPDATE usage_checkpoints AS c SET total = ",
         sql.micro_to_amount("d.xc"),

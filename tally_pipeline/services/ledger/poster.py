@@ -452,7 +452,8 @@ def _post_batch_in_sql(uow: UnitOfWork, cycle: _Cycle, keys: Sequence[EntityKey]
                 outcome.skipped.append(SkippedEntity.of(EntityKey(*key), f"non_monotonic: {exc}"))
 
         late = late_rows(uow, sql, cycle.by_name.values(), window, survey.late_spans, watermark, cycle.late, in_batch)
-        posted = ledger_delta.post_deltas(uow, stack, sql, cycle.meters, window, cycle.cycle_id, keys, watermark, late)
+        posted = ledger_delta.post_deltas(uow, stack, sql, cycle.meters, window, cycle.cycle_id, keys, watermark, late,
+                                          exact=survey.exact)
         cycle.on_stage("batch_posted", {"batch": number, "entities": len(keys), "postings": posted.postings})
 
     pending = [key for key in keys if key not in settled]

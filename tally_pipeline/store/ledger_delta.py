@@ -206,7 +206,8 @@ def post_deltas(
         p(cycle_id),
         ", ",
         p(now),
-        " FROM a)"
+        # in the key's order, as the Python path sends them: consecutive rows land on neighbouring index pages
+        " FROM a ORDER BY a.cloud, a.project_id, a.meter, a.account)"
         # only what is not a plain posting comes back, and the sums
         " SELECT 'sum', NULL, NULL, a.meter, a.account, sum(a.amount), count(*) FROM a GROUP BY a.meter, a.account"
         " UNION ALL SELECT 'advanced', NULL, NULL, NULL, NULL, NULL, count(*) FROM u"

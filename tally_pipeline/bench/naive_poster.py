@@ -1,8 +1,8 @@
 """A one-transaction-per-entity poster: the baseline the set-based poster is measured against.
 
-Same rules, same statements as ``poster.post_batch``, but each entity is its own transaction
-(make sure its checkpoint exists, lock it, sum its usage, post, advance): what a straightforward
-implementation does. The benchmark runs it on the same data; a test holds both to the same ledger.
+Same rules, same statements as ``poster.post_batch`` on its Python path (``core.ledger.plan_delta``
+per entity, whatever the store), but each entity is its own transaction (make sure its checkpoint
+exists, lock it, sum its usage, post, advance): what a straightforward implementation does. The benchmark runs it on the same data; a test holds both to the same ledger.
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ def post_usage_naively(
 ) -> CycleResult:
     """Post ``keys`` one transaction each, in order."""
     window = CycleWindow.at(now, ingest_lag=ingest_lag, window_days=window_days)
-    cycle = _prepare(store, registry, window, None, None)
+    cycle = _prepare(store, registry, window, None, None, deltas_in_sql=False)  # the Python rule
     result = CycleResult(cycle.cycle_id, window.now, window.clamp, window.window_start, entities=len(keys))
 
     def one(uow: UnitOfWork, key: EntityKey) -> BatchOutcome:

@@ -51,12 +51,18 @@ def cumulative_usage(store: Store, meters: Sequence[Meter], through: datetime) -
     ]
 
 
-def begun_projects(store: Store, before: datetime) -> list[tuple[str, str, str]]:
-    """``(cloud, project_id, resource_type)`` of every interval begun before ``before``: the
-    entities a cycle at that clamp must have a checkpoint for."""
-    return store.query(
-        "SELECT DISTINCT cloud, project_id, resource_type FROM resource_intervals WHERE start_at < %s", [before]
+def unopened_entities(store: Store, meters: Fragment, before: datetime) -> list[tuple[str, str, str]]:
+    """``(cloud, project_id, meter)`` of every entity with an interval begun before ``before`` and no
+    checkpoint: those a cycle at that clamp must open. ``meters`` is ``UsageSQL.meters``."""
+    statement = compose(
+        "SELECT DISTINCT i.cloud, i.project_id, m.meter FROM resource_intervals i JOIN ",
+        meters,
+        " ON m.resource_type = i.resource_type WHERE i.start_at < ",
+        p(before),
+        " AND NOT EXISTS (SELECT 1 FROM usage_checkpoints c WHERE c.cloud = i.cloud AND c.project_id = i.project_id"
+        " AND c.meter = m.meter)",
     )
+    return store.query(statement.sql, statement.params)
 
 
 def batch_totals(
@@ -64,23 +70,49 @@ def batch_totals(
 ) -> tuple[dict[tuple[str, str, str], EntityTotals], dict[tuple[str, str, str], tuple[int, str]]]:
     """Per entity in the batch's range: usage through the clamp, its split boundary, the new boundary.
 
+    The rows of ``totals_relation``. Entities with no interval begun before the clamp get no row
+    (their totals are zero). An entity with an unusable interval is also returned apart, with the
+    number of such intervals and one of them named.
+    """
+    statement = compose("SELECT * FROM ", totals_relation(sql, meters, window, keys, "t"))
+    totals: dict[tuple[str, str, str], EntityTotals] = {}
+    bad: dict[tuple[str, str, str], tuple[int, str]] = {}
+    for cloud, project_id, meter, at_clamp, at_split, at_boundary, n_bad, example in uow.fetchall(
+        statement.sql, statement.params
+    ):
+        key = (cloud, project_id, meter)  # finds, and is found by, an equal EntityKey
+        if n_bad:
+            bad[key] = (int(n_bad), str(example))
+        # every interval unusable: the sums are NULL, the entity's usage is zero
+        totals[key] = EntityTotals(int(at_clamp or 0), int(at_split or 0), int(at_boundary or 0))
+    return totals, bad
+
+
+def totals_relation(
+    sql: UsageSQL, meters: Fragment, window: CycleWindow, keys: Sequence[EntityKey], alias: str
+) -> Fragment:
+    """The batch's totals as relation ``alias(cloud, project_id, meter, xc, split, xb, n_bad, example)``:
+    per entity in the batch's key range with an interval begun before the clamp, its usage
+    through the clamp (``xc``), through its split boundary (``split``) and through the window's
+    boundary (``xb``), in micro-units (NULL when every interval is unusable), and its unusable
+    intervals (how many, one named).
+
     The split boundary is ``core.ledger.split_boundary`` in SQL: the checkpoint's aged_boundary,
-    or this cycle's for a checkpoint never posted. Entities with no interval begun before the
-    clamp get no row (their totals are zero). An interval with an unusable size adds nothing (its
-    value is NULL, which ``sum`` leaves out); its entity is also returned apart, with the number of
-    such intervals and one of them named.
+    or this cycle's for a checkpoint never posted. An interval with an unusable size adds nothing
+    (its value is NULL, which ``sum`` leaves out). One definition for both ways of posting: the
+    totals read into Python (``batch_totals``) and the delta computed in SQL (``ledger_delta``).
     """
     boundary_us = epoch_us(window.boundary)
-    statement = compose(
-        "SELECT x.cloud, x.project_id, x.meter, sum(",
+    return compose(
+        "(SELECT x.cloud, x.project_id, x.meter, sum(",
         sql.usage("x.xc"),
-        "), sum(",
+        ") AS xc, sum(",
         sql.usage("x.b"),
-        "), sum(",
+        ") AS split, sum(",
         sql.usage("x.xb"),
-        "), count(*) - count(x.v), min(CASE WHEN x.v IS NULL THEN ",
+        ") AS xb, count(*) - count(x.v) AS n_bad, min(CASE WHEN x.v IS NULL THEN ",
         sql.bad_value(),
-        " END) FROM (SELECT c.cloud, c.project_id, c.meter, coalesce(",
+        " END) AS example FROM (SELECT c.cloud, c.project_id, c.meter, coalesce(",
         sql.us("c.aged_boundary"),
         ", ",
         sql.bigint(boundary_us),
@@ -103,16 +135,5 @@ def batch_totals(
             exact=False, columns=("cloud", "project_id"),
         ),
         EVALUATE_ONCE,
-        ") x GROUP BY x.cloud, x.project_id, x.meter",
+        f") x GROUP BY x.cloud, x.project_id, x.meter) AS {alias}",
     )
-    totals: dict[tuple[str, str, str], EntityTotals] = {}
-    bad: dict[tuple[str, str, str], tuple[int, str]] = {}
-    for cloud, project_id, meter, at_clamp, at_split, at_boundary, n_bad, example in uow.fetchall(
-        statement.sql, statement.params
-    ):
-        key = (cloud, project_id, meter)  # finds, and is found by, an equal EntityKey
-        if n_bad:
-            bad[key] = (int(n_bad), str(example))
-        # every interval unusable: the sums are NULL, the entity's usage is zero
-        totals[key] = EntityTotals(int(at_clamp or 0), int(at_split or 0), int(at_boundary or 0))
-    return totals, bad

@@ -41,6 +41,8 @@ class UsageSQL(abc.ABC):
     """SQL fragments for one dialect: what both share here, what differs in the subclasses."""
 
     dialect: ClassVar[Dialect]
+    #: Whether a posting batch's delta can be computed in the database (``store.ledger_delta``).
+    computes_deltas: ClassVar[bool] = False
 
     # -- instants ---------------------------------------------------------------------------
 

@@ -98,9 +98,8 @@ def test_usage_daily_without_meters_prints_what_to_register(tmp_path: Path) -> N
 # -- an unknown provider -----------------------------------------------------------------------------
 
 def test_an_unknown_provider_is_a_configuration_error_naming_the_key_and_the_providers() -> None:
-    from tally_pipeline.providers import adapter_for
-
     from tally_pipeline.config import ConfigError
+    from tally_pipeline.providers import adapter_for
 
     with pytest.raises(ConfigError) as raised:
         adapter_for("edge", SimpleNamespace(provider="carrier-pigeon"))

@@ -12,7 +12,7 @@ and as of the batch's. The difference, per entity, is ``late`` in ``core.ledger.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Container, Iterable, Sequence
 from datetime import datetime
 
 from tally_pipeline.core.fold import FoldEvent, Interval, fold, fold_rows_by_resource
@@ -20,6 +20,7 @@ from tally_pipeline.core.ledger import Checkpoint, CycleWindow, EntityKey, late_
 from tally_pipeline.core.registry import Meter
 from tally_pipeline.store import ledger_late
 from tally_pipeline.store.base import UnitOfWork
+from tally_pipeline.store.ledger_delta import LateRow
 from tally_pipeline.store.usage_sql import UsageSQL
 
 
@@ -82,4 +83,29 @@ def late_for(
             )
         if key in moved:
             out[key] = moved[key]
+    return out
+
+
+def late_rows(
+    uow: UnitOfWork,
+    sql: UsageSQL,
+    meters: Iterable[Meter],
+    window: CycleWindow,
+    spans: Iterable[tuple[int, datetime]],
+    watermark: int,
+    memo: LateMemo,
+    batch: Container[EntityKey],
+) -> list[LateRow]:
+    """``late`` for the batch's entities, per ``late_span`` result ``(since, start)`` among ``spans``:
+    what ``late_for`` gives an entity whose checkpoint has that span, for the store to match to it
+    (``store.ledger_delta``) without the checkpoints coming to Python."""
+    meters = list(meters)
+    out: list[LateRow] = []
+    for since, start in spans:
+        moved = memo.get((since, start, watermark))
+        if moved is None:
+            moved = memo[(since, start, watermark)] = late_usage(
+                uow, sql, meters, since=since, upto=watermark, start=start, end=window.boundary
+            )
+        out += [LateRow(key, since, start, micro) for key, micro in moved.items() if key in batch]
     return out

@@ -12,7 +12,9 @@ A cycle (``post_usage``):
    Postgres), sum the batch's usage, insert the postings, advance the checkpoints. The split of
    each delta is ``core.ledger.plan_delta``; usage that events folded since a checkpoint added
    between its boundary and this cycle's is read by ``ledger.late`` (docs/ledger.md, "The
-   aged-out split");
+   aged-out split"). On Postgres the same rule runs in the database (``store.ledger_delta``:
+   one statement sums, splits, posts and advances), so no checkpoint or total passes through
+   Python; DuckDB, which has no data-modifying ``WITH``, applies ``plan_delta`` here;
 4. records the cycle and everything it skipped or excluded (``store.ledger_records``), which the
    audit, ``/metrics`` and the ``TallyLedgerEntitiesSkipped`` alert read.
 
@@ -48,10 +50,17 @@ from tally_pipeline.core.ledger import (
 from tally_pipeline.core.registry import Meter, SizeSchemaRegistry
 from tally_pipeline.core.timeutil import format_rfc3339
 from tally_pipeline.core.usage import to_units, unknown_status_policy
-from tally_pipeline.services.ledger.late import LateMemo, late_for
-from tally_pipeline.store import ledger_checkpoints, ledger_late, ledger_postings, ledger_records, resource_reads
+from tally_pipeline.services.ledger.late import LateMemo, late_for, late_rows
+from tally_pipeline.store import (
+    ledger_checkpoints,
+    ledger_delta,
+    ledger_late,
+    ledger_postings,
+    ledger_records,
+    resource_reads,
+)
 from tally_pipeline.store.base import Store, StoreError, UnitOfWork
-from tally_pipeline.store.usage_reads import batch_totals, begun_projects
+from tally_pipeline.store.usage_reads import batch_totals, unopened_entities
 from tally_pipeline.store.usage_sql import Fragment, UsageSQL
 
 DEFAULT_BATCH_SIZE = 5000
@@ -64,7 +73,8 @@ CONCURRENCY_ERRORS: tuple[type[BaseException], ...] = (StoreError,)
 
 #: ``on_stage(stage, info)`` is called at: ``cycle_start``, ``listed`` (entities listed, checkpoints
 #: opened, nothing locked), ``batch_locked`` (checkpoints locked),
-#: ``batch_posted`` (postings inserted, checkpoints not yet advanced, transaction open),
+#: ``batch_posted`` (postings inserted, transaction open; on the Python path the checkpoints are not
+#: yet advanced, on Postgres's SQL path one statement did both),
 #: ``batch_committed``. Tests use it to line processes up and to kill one mid-batch.
 StageHook = Callable[[str, dict[str, Any]], None]
 
@@ -188,6 +198,7 @@ class _Cycle:
     window: CycleWindow
     cycle_id: str
     on_stage: StageHook
+    in_sql: bool  # the delta computed in the database (store.ledger_delta), not by plan_delta here
     late: LateMemo = field(default_factory=dict)  # shared by the batches (late.LateMemo)
 
 
@@ -207,6 +218,7 @@ def post_usage(
     cycle_id: str | None = None,
     workers: int | None = None,
     on_stage: StageHook | None = None,
+    deltas_in_sql: bool | None = None,
 ) -> CycleResult:
     """Run one posting cycle at ``now``; ``entities`` limits it to those keys.
 
@@ -218,19 +230,23 @@ def post_usage(
     if batch_size < 1:
         raise ValueError("batch_size must be at least 1")
     window = CycleWindow.at(now, ingest_lag=ingest_lag, window_days=window_days)
-    cycle = _prepare(store, registry, window, cycle_id, on_stage)
+    cycle = _prepare(store, registry, window, cycle_id, on_stage, deltas_in_sql)
     result = CycleResult(cycle.cycle_id, window.now, window.clamp, window.window_start)
     cycle.on_stage("cycle_start", {"cycle_id": cycle.cycle_id})
 
     listing = _entities(store, cycle)
     cycle.on_stage("listed", {"entities": len(listing)})
-    todo: list[EntityKey] = []
-    wanted = set(entities) if entities is not None else None
-    for cloud, project_id, meter, clamp in listing:
+    if entities is not None:
+        wanted = set(entities)  # EntityKeys: a listed row's key tuple finds its equal
+        listing = [row for row in listing if row[:3] in wanted]
+    result.entities = len(listing)
+    # the common case in one pass (a registered meter, a checkpoint before the clamp: needs_posting
+    # holds), and the rest through the rule below, in key order as listed
+    known, clamp_now = cycle.by_name, window.clamp
+    todo = [EntityKey(c, pr, m) for c, pr, m, clamp in listing if m in known and (clamp is None or clamp < clamp_now)]
+    unusual = [row for row in listing if not (row[2] in known and (row[3] is None or row[3] < clamp_now))]
+    for cloud, project_id, meter, clamp in unusual:
         key = EntityKey(cloud, project_id, meter)
-        if wanted is not None and key not in wanted:
-            continue
-        result.entities += 1
         if meter not in cycle.by_name:
             result.skipped.append(SkippedEntity.of(key, f"unknown_meter: {meter} is not registered"))
             continue
@@ -241,7 +257,7 @@ def post_usage(
         except NonMonotonicCheckpoint as exc:
             result.skipped.append(SkippedEntity.of(key, f"non_monotonic: {exc}"))
             continue
-        todo.append(key)
+        raise AssertionError(f"{key} needs posting but was not listed as such")  # the filter above is the rule
 
     batches = [todo[start : start + batch_size] for start in range(0, len(todo), batch_size)]
     if workers is None:
@@ -295,9 +311,14 @@ def _prepare(
     window: CycleWindow,
     cycle_id: str | None,
     on_stage: StageHook | None,
+    deltas_in_sql: bool | None,
 ) -> _Cycle:
     meters = registry.meters()
     sql = store.usage_sql()
+    if deltas_in_sql is None:
+        deltas_in_sql = sql.computes_deltas
+    elif deltas_in_sql and not sql.computes_deltas:
+        raise ValueError(f"the {sql.dialect} store cannot compute deltas in SQL")
     return _Cycle(
         sql=sql,
         meters=sql.meters(meters),
@@ -305,20 +326,15 @@ def _prepare(
         window=window,
         cycle_id=cycle_id or uuid.uuid4().hex,
         on_stage=on_stage or _no_hook,
+        in_sql=deltas_in_sql,
     )
 
 
 def _entities(store: Store, cycle: _Cycle) -> list[tuple[str, str, str, datetime | None]]:
     """Every entity with its checkpoint's clamp, in key order; new entities get a checkpoint first."""
     listing = ledger_checkpoints.listing(store)
-    by_type: dict[str, list[str]] = {}
-    for meter in cycle.by_name.values():
-        by_type.setdefault(meter.resource_type, []).append(meter.name)
-    known = {(cloud, project_id, meter) for cloud, project_id, meter, _ in listing}
-    missing = sorted(
-        {(cloud, project_id, meter) for cloud, project_id, rtype in begun_projects(store, cycle.window.clamp)
-         for meter in by_type.get(rtype, ())} - known
-    )
+    # found in the database: in a steady cycle there are none, and nothing per entity comes back
+    missing = sorted(unopened_entities(store, cycle.meters, cycle.window.clamp))
     if missing:
         keys = [EntityKey(*key) for key in missing]
         store.run(lambda uow: ledger_checkpoints.open_checkpoints(uow, cycle.sql, keys))
@@ -351,6 +367,8 @@ def _run_isolating(store: Store, cycle: _Cycle, keys: list[EntityKey], number: i
 
 def post_batch(uow: UnitOfWork, cycle: _Cycle, keys: Sequence[EntityKey], number: int = 0) -> BatchOutcome:
     """Post one batch of entities (a run of the listing, in key order) inside the caller's transaction."""
+    if cycle.in_sql:
+        return _post_batch_in_sql(uow, cycle, keys, number)
     window, sql = cycle.window, cycle.sql
     outcome = BatchOutcome()
     with ExitStack() as stack:
@@ -407,6 +425,49 @@ def post_batch(uow: UnitOfWork, cycle: _Cycle, keys: Sequence[EntityKey], number
         cycle.on_stage("batch_posted", {"batch": number, "entities": len(keys), "postings": len(postings)})
         if advanced:
             ledger_checkpoints.advance(uow, stack, sql, window, cycle.cycle_id, advanced, watermark)
+    return outcome
+
+
+def _post_batch_in_sql(uow: UnitOfWork, cycle: _Cycle, keys: Sequence[EntityKey], number: int) -> BatchOutcome:
+    """``post_batch`` with the delta computed in the database (``store.ledger_delta``): the same rule,
+    the same statements' order of locks, and only the unusual entities read back into Python."""
+    window, sql = cycle.window, cycle.sql
+    outcome = BatchOutcome()
+    with ExitStack() as stack:
+        sql.plan_per_batch(uow)
+        watermark = ledger_late.pin_watermark(uow, sql)  # before the row locks, as in post_batch
+        survey = ledger_delta.lock_and_survey(uow, sql, keys, window, watermark)
+        cycle.on_stage("batch_locked", {"batch": number, "entities": len(keys)})
+
+        in_batch = set(keys)
+        settled: set[tuple[str, str, str]] = set()
+        for key, clamp in survey.settled:  # at or past the clamp: needs_posting is False or raises
+            if key not in in_batch:  # locked in the range, not the batch's
+                continue
+            settled.add(key)
+            try:
+                if not needs_posting(clamp, window, EntityKey(*key)):
+                    outcome.already_posted += 1
+            except NonMonotonicCheckpoint as exc:
+                outcome.skipped.append(SkippedEntity.of(EntityKey(*key), f"non_monotonic: {exc}"))
+
+        late = late_rows(uow, sql, cycle.by_name.values(), window, survey.late_spans, watermark, cycle.late, in_batch)
+        posted = ledger_delta.post_deltas(uow, stack, sql, cycle.meters, window, cycle.cycle_id, keys, watermark, late,
+                                          exact=survey.exact)
+        cycle.on_stage("batch_posted", {"batch": number, "entities": len(keys), "postings": posted.postings})
+
+    pending = [key for key in keys if key not in settled]
+    if posted.advanced != len(pending):  # checkpoint rows gone since the listing: name them
+        gone = set(ledger_delta.missing(uow, pending))
+        outcome.skipped += [SkippedEntity.of(key, "no_checkpoint: the checkpoint row vanished") for key in pending
+                            if key in gone]
+        pending = [key for key in pending if key not in gone]
+    for key, n_bad, example in posted.bad:  # posted without the unreadable intervals, and reported
+        outcome.excluded.append(SkippedEntity.of(EntityKey(*key), f"bad_size: {example}", n_bad))
+    outcome.unchanged = len(posted.unchanged)
+    outcome.posted = [key for key in pending if key not in posted.unchanged]
+    outcome.postings = posted.postings
+    outcome.totals = posted.sums
     return outcome
 
 

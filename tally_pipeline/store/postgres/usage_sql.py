@@ -27,6 +27,7 @@ _TO_CHAR = {"day": "YYYY-MM-DD", "month": "YYYY-MM"}
 
 class PostgresUsageSQL(UsageSQL):
     dialect = "postgres"
+    computes_deltas = True
 
     def us(self, column: str) -> str:
         # extract gives a numeric: exact to the microsecond

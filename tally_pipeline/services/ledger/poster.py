@@ -240,24 +240,25 @@ def post_usage(
         wanted = set(entities)  # EntityKeys: a listed row's key tuple finds its equal
         listing = [row for row in listing if row[:3] in wanted]
     result.entities = len(listing)
-    # the common case in one pass (a registered meter, a checkpoint before the clamp: needs_posting
-    # holds), and the rest through the rule below, in key order as listed
     known, clamp_now = cycle.by_name, window.clamp
-    todo = [EntityKey(c, pr, m) for c, pr, m, clamp in listing if m in known and (clamp is None or clamp < clamp_now)]
-    unusual = [row for row in listing if not (row[2] in known and (row[3] is None or row[3] < clamp_now))]
-    for cloud, project_id, meter, clamp in unusual:
+    todo: list[EntityKey] = []
+    for cloud, project_id, meter, clamp in listing:  # in key order, as listed
+        # needs_posting's common case written out (a registered meter, a checkpoint before the
+        # clamp): the steady cycle's every entity takes this branch, without a call
+        if meter in known and (clamp is None or clamp < clamp_now):
+            todo.append(EntityKey(cloud, project_id, meter))
+            continue
         key = EntityKey(cloud, project_id, meter)
-        if meter not in cycle.by_name:
+        if meter not in known:
             result.skipped.append(SkippedEntity.of(key, f"unknown_meter: {meter} is not registered"))
             continue
         try:
-            if not needs_posting(clamp, window, key):
+            if needs_posting(clamp, window, key):
+                todo.append(key)
+            else:
                 result.already_posted += 1
-                continue
         except NonMonotonicCheckpoint as exc:
             result.skipped.append(SkippedEntity.of(key, f"non_monotonic: {exc}"))
-            continue
-        raise AssertionError(f"{key} needs posting but was not listed as such")  # the filter above is the rule
 
     batches = [todo[start : start + batch_size] for start in range(0, len(todo), batch_size)]
     if workers is None:
@@ -331,18 +332,21 @@ def _prepare(
 
 
 def _entities(store: Store, cycle: _Cycle) -> list[tuple[str, str, str, datetime | None]]:
-    """Every entity with its checkpoint's clamp, in key order; new entities get a checkpoint first."""
-    listing = ledger_checkpoints.listing(store)
+    """Every entity with its checkpoint's clamp, in key order; new entities get a checkpoint first.
+
+    Listed after the opening, never before: an entity another poster opened between a listing and
+    the search for unopened ones would be in neither (that poster's checkpoints are not unopened).
+    """
     # found in the database: in a steady cycle there are none, and nothing per entity comes back
     missing = sorted(unopened_entities(store, cycle.meters, cycle.window.clamp))
     if missing:
         keys = [EntityKey(*key) for key in missing]
         store.run(lambda uow: ledger_checkpoints.open_checkpoints(uow, cycle.sql, keys))
-        if len(missing) >= max(1000, len(listing) // 10):
-            # the batches plan their joins on the table's statistics; a table that just grew a lot
-            # (the first cycle of all) has none worth the name, and Postgres would pick nested loops
-            store.run(cycle.sql.refresh_statistics)
-        listing = ledger_checkpoints.listing(store)
+    listing = ledger_checkpoints.listing(store)
+    if len(missing) >= max(1000, (len(listing) - len(missing)) // 10):
+        # the batches plan their joins on the table's statistics; a table that just grew a lot
+        # (the first cycle of all) has none worth the name, and Postgres would pick nested loops
+        store.run(cycle.sql.refresh_statistics)
     return listing
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from tally_pipeline.commands._options import shared
+from tally_pipeline.commands._options import refusal, shared
 from tally_pipeline.config import ConfigError, load_config
 
 
@@ -23,5 +23,5 @@ def rules(config_path: str | None) -> None:
     try:
         config = load_config(shared("config_path", config_path))
     except ConfigError as exc:
-        raise click.ClickException(str(exc)) from None
+        raise refusal(exc) from None
     click.echo(prometheus_rules(config.alerts.rules()), nl=False)

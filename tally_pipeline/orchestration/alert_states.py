@@ -22,11 +22,10 @@ from tally_pipeline.core.timeutil import parse_rfc3339
 from tally_pipeline.orchestration.resources import StoreReads
 from tally_pipeline.orchestration.tags import CLOUD, POLL_TIME, SYNC_STATUS
 
-# The checked alerts (core/alert_defs.py), their sync ones (reported by every sync run) and those that say
+# Of the checked alerts (core/alert_defs.py): the sync ones (reported by every sync run) and those that say
 # nothing about a cloud without a sync run (such a cloud is unknown, not fine).
-ALERTS = CHECKED
-SYNC_CHECKS = tuple(k for k in ALERTS if check_of(k).asset == "sync_runs")
-NEEDS_A_SYNC = tuple(k for k in ALERTS if check_of(k).unknown_until_synced)
+SYNC_CHECKS = tuple(k for k in CHECKED if check_of(k).asset == "sync_runs")
+NEEDS_A_SYNC = tuple(k for k in CHECKED if check_of(k).unknown_until_synced)
 
 
 @dataclass(frozen=True)
@@ -98,7 +97,7 @@ def check_metadata(state: CheckState) -> dict[str, Any]:
     condition = state.condition
     return {"alert": condition.alert, "state": state.label, "clouds": ", ".join(condition.clouds) or "none",
             "never_synced": ", ".join(state.unknown) or "none", "message": state.message,
-            "details": dg.MetadataValue.json(dict(condition.details)), "runbook": ALERTS[state.key].runbook}
+            "details": dg.MetadataValue.json(dict(condition.details)), "runbook": CHECKED[state.key].runbook}
 
 
 def evaluation(state: CheckState) -> dg.AssetCheckEvaluation:

@@ -3,14 +3,14 @@ A store the check cannot read fails it, the cause as its first line."""
 
 import dagster as dg
 
-from tally_pipeline.core.alert_defs import check_of
-from tally_pipeline.orchestration.alert_states import ALERTS, check_metadata, states
+from tally_pipeline.core.alert_defs import CHECKED, check_of
+from tally_pipeline.orchestration.alert_states import check_metadata, states
 from tally_pipeline.orchestration.failures import UNREADABLE, unreadable_check
 from tally_pipeline.orchestration.resources import TallyStore
 
 
 def _check(key: str) -> dg.AssetChecksDefinition:
-    asset, name, runbook = check_of(key).asset, key, ALERTS[key].runbook
+    asset, name, runbook = check_of(key).asset, key, CHECKED[key].runbook
 
     @dg.asset_check(asset=asset, name=name, description=f"{key.replace('_', ' ')} (runbook: {runbook})")
     def check(context: dg.AssetCheckExecutionContext, store: TallyStore) -> dg.AssetCheckResult:
@@ -26,4 +26,4 @@ def _check(key: str) -> dg.AssetChecksDefinition:
     return check
 
 
-alert_checks = [_check(key) for key in ALERTS]
+alert_checks = [_check(key) for key in CHECKED]

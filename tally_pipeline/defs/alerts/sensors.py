@@ -12,14 +12,14 @@ import json
 
 import dagster as dg
 
-from tally_pipeline.core.alert_defs import check_of
-from tally_pipeline.orchestration.alert_states import ALERTS, evaluation, states
+from tally_pipeline.core.alert_defs import CHECKED, check_of
+from tally_pipeline.orchestration.alert_states import evaluation, states
 from tally_pipeline.orchestration.failures import UNREADABLE, cause, outage_fingerprint, unreadable_check
 from tally_pipeline.orchestration.resources import TallyStore
 
 
 def _sensor(key: str) -> dg.SensorDefinition:
-    asset, name, runbook = check_of(key).asset, key, ALERTS[key].runbook
+    asset, name, runbook = check_of(key).asset, key, CHECKED[key].runbook
 
     @dg.sensor(name=f"{key}_sensor", minimum_interval_seconds=60, default_status=dg.DefaultSensorStatus.RUNNING,
                description=f"Evaluates the {key.replace('_', ' ')} alert every minute and reports it on {asset}'s "
@@ -49,4 +49,4 @@ def _sensor(key: str) -> dg.SensorDefinition:
     return sensor
 
 
-alert_sensors = [_sensor(key) for key in ALERTS]
+alert_sensors = [_sensor(key) for key in CHECKED]

@@ -14,6 +14,7 @@ from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from functools import partial
 from itertools import islice
 from typing import Any, Literal
 
@@ -27,6 +28,10 @@ from tally_pipeline.store import type_activity
 from tally_pipeline.store.base import EventKey, RejectedRow, Store, UnitOfWork
 
 MAX_BATCH = 1000
+# How many items of the next batch are validated while the database finishes a batch (it trails
+# the writer by some milliseconds). Measured on Postgres: 200, 400 and 1000 all took 6-8 % off a
+# stream's time against none; 400 leaves the next batch's copy validation to overlap with.
+_AHEAD = 400
 Status = Literal["stored", "duplicate", "rejected"]
 
 
@@ -100,6 +105,12 @@ class PreparedBatch:
                 position += 1
             if self._next == len(self._order):
                 return
+            self._step()
+
+    def validate_ahead(self, count: int) -> None:
+        """Validate up to ``count`` more items (in key order) before any store asks for them."""
+        end = min(self._next + count, len(self._order))
+        while self._next < end:
             self._step()
 
     def finish(self) -> None:
@@ -376,11 +387,13 @@ class Ingestor:
 
         return PreparedBatch(items, origin, check, raw_of)
 
-    def commit(self, batch: PreparedBatch, *, keep: Callable[[RejectedRow], bool] | None = None) -> BatchOutcome:
+    def commit(self, batch: PreparedBatch, *, keep: Callable[[RejectedRow], bool] | None = None,
+               following: PreparedBatch | None = None) -> BatchOutcome:
         """Store a batch in one transaction and say what became of each item.
 
-        A store that takes events as a stream gets them while the batch is still being validated;
-        any other gets the whole list, in item order, once validation is done.
+        A store that takes events as a stream gets them while the batch is still being validated,
+        and validates part of the ``following`` batch while the database finishes this one; any
+        other store gets the whole list, in item order, once validation is done.
         """
         origin = batch.origin
         streaming = self.store.streams_events
@@ -392,7 +405,9 @@ class Ingestor:
         def work(uow: UnitOfWork) -> tuple[set[EventKey], dict[EventKey, str]]:
             received_at = self.clock()
             if streaming:
-                inserted = uow.insert_event_stream(batch.candidate_keys, _Restartable(batch.new_records), received_at)
+                ahead = None if following is None else partial(following.validate_ahead, _AHEAD)
+                inserted = uow.insert_event_stream(batch.candidate_keys, _Restartable(batch.new_records), received_at,
+                                                   ahead)
                 batch.finish()
             else:
                 inserted = uow.insert_events([record for _, record in batch.accepted], received_at)
@@ -461,11 +476,21 @@ class Ingestor:
     ) -> Iterator[BatchOutcome]:
         """Ingest any number of items, one transaction per batch of ``batch_size``; yields each batch's outcome.
 
-        Batches go one after the other: overlapping validation with the store in a second thread
-        was measured slower here (the two fight over the GIL). Within a batch they do overlap, in
-        one thread: see ``commit``.
+        Batches go one after the other, in one thread: overlapping validation with the store in a
+        second thread was measured slower here (the two fight over the GIL). Validation and the
+        database overlap within a batch, and the next batch is read from ``items`` before this one
+        is stored, so that part of it is validated while the database finishes this one (see
+        ``commit``).
         """
         pending = iter(items)
         size = max(batch_size, 1)  # as before: a batch_size below 1 meant one item per batch
-        while batch := list(islice(pending, size)):
-            yield self.ingest(batch, origin=origin, may_write=may_write, sources=sources)
+
+        def read() -> PreparedBatch | None:
+            batch = list(islice(pending, size))
+            return self._batch(batch, origin, may_write, sources) if batch else None
+
+        current = read()
+        while current is not None:
+            following = read()
+            yield self.commit(current, following=following)
+            current = following

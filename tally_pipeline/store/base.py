@@ -82,13 +82,16 @@ class UnitOfWork(abc.ABC):
         """Insert records whose (cloud, event_id) is new; return the keys inserted. Held keys are left alone."""
 
     def insert_event_stream(
-        self, keys: Sequence[EventKey], records: Iterable[EventRecord], received_at: datetime
+        self, keys: Sequence[EventKey], records: Iterable[EventRecord], received_at: datetime,
+        meanwhile: Callable[[], None] | None = None,
     ) -> set[EventKey]:
         """``insert_events`` for records that arrive one at a time, in (cloud, event_id) order.
 
         ``keys`` is sorted and holds the key of every record that can come (and maybe more);
-        ``records`` may be iterated again, from the start. Returns the keys inserted. The ingest
-        core uses it only with a store whose ``streams_events`` is true.
+        ``records`` may be iterated again, from the start. Returns the keys inserted. ``meanwhile``
+        is CPU work of the caller's (validating its next batch) that a store may do while the
+        database finishes this one. The ingest core uses it only with a store whose
+        ``streams_events`` is true.
         """
         return self.insert_events(list(records), received_at)
 

@@ -21,7 +21,7 @@ from tally_pipeline.schemas import default_registry
 from tally_pipeline.services.ingest import Ingestor, PreparedBatch
 from tally_pipeline.store import open_store
 from tally_pipeline.store.base import Store, TransientConflict, UnitOfWork
-from tally_pipeline.store.postgres.store import PostgresStore, PostgresUnitOfWork
+from tally_pipeline.store.postgres.store import _ASK_FIRST_FOR, PostgresStore, PostgresUnitOfWork
 from tally_pipeline_tests.events import event
 from tally_pipeline_tests.faults import wait_until
 from tally_pipeline_tests.hostile import batches, odd_text
@@ -233,3 +233,61 @@ def test_a_racing_writer_in_the_middle_of_a_streamed_copy_falls_back(pg_url, reg
         holder.close()
         watcher.close()
         store.close()
+
+
+def test_a_resend_after_quiet_batches_falls_back_and_the_next_batches_ask_first(pg_url, registry) -> None:
+    """While nothing is resent a batch is copied without asking which ids are held. The first resend
+    makes its copy fail on the dedup key and takes the staged path, with the same outcome; the
+    store's next batches then ask first, until enough of them found nothing held."""
+    store = open_store(pg_url, migrate=True)
+    try:
+        ingestor = Ingestor(store, registry)
+        first = [event(event_id=f"quiet-{i:03d}") for i in range(200)]
+        assert ingestor.ingest(first, origin="t").stored == 200
+        assert store.held_recently.remaining == 0, "a store that met no held id copies straight away"
+
+        resent = first[50:100] + [event(event_id=f"fresh-{i:03d}") for i in range(50)]
+        outcome = ingestor.ingest(resent, origin="t")
+        assert [r.status for r in outcome.results] == ["duplicate"] * 50 + ["stored"] * 50
+        assert store.held_recently.remaining == _ASK_FIRST_FOR, "the failed copy was seen"
+
+        for n in range(_ASK_FIRST_FOR):
+            assert ingestor.ingest([event(event_id=f"after-{n:03d}")], origin="t").stored == 1
+        assert store.held_recently.remaining == 0
+        again = ingestor.ingest(first[:10], origin="t")
+        assert again.duplicates == 10 and store.held_recently.remaining == _ASK_FIRST_FOR
+        assert store.event_count() == 200 + 50 + _ASK_FIRST_FOR
+    finally:
+        store.close()
+
+
+def test_a_stream_validates_the_next_batch_while_the_database_finishes_one(twins, registry, monkeypatch) -> None:
+    """``ingest_stream`` validates part of the next batch before the batch in hand commits; the outcomes
+    are still those of ingesting the batches one at a time (an id resent in a later batch is a
+    duplicate of the committed one, a bad item is rejected in its own batch)."""
+    streamed, one_by_one = twins
+    one_by_one.streams_events = True
+    items = [event(event_id=f"ahead-{i:04d}") for i in range(2500)]
+    items[1500] = dict(items[10])  # a resend, one batch later
+    items[2100] = {"bogus": 1}
+    validations = {"n": 0, "at_first_activity": None}
+    real_validate, real_note = validate_event, PostgresUnitOfWork.note_activity
+
+    def counting_validate(item: Any, reg: SizeSchemaRegistry) -> Any:
+        validations["n"] += 1
+        return real_validate(item, reg)
+
+    def noting(self: PostgresUnitOfWork, counts: dict, received_at: datetime) -> None:
+        validations["at_first_activity"] = validations["at_first_activity"] or validations["n"]
+        real_note(self, counts, received_at)
+
+    monkeypatch.setattr("tally_pipeline.services.ingest.validate_event", counting_validate)
+    monkeypatch.setattr(PostgresUnitOfWork, "note_activity", noting)
+    got = [o.as_json() for o in Ingestor(streamed, registry, clock=lambda: T0).ingest_stream(items, origin="t")]
+    assert validations["at_first_activity"] is not None and validations["at_first_activity"] > 1000, \
+        "part of the second batch was validated before the first one finished"
+    want = [Ingestor(one_by_one, registry, clock=lambda: T0).ingest(items[i:i + 1000], origin="t").as_json()
+            for i in range(0, len(items), 1000)]
+    assert got == want
+    assert [o["stored"] for o in got] == [1000, 999, 499] and got[1]["duplicates"] == 1 and got[2]["rejected"] == 1
+    assert _state(streamed)["events"] == _state(one_by_one)["events"]

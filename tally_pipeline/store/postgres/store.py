@@ -1,10 +1,12 @@
 """The production store: PostgreSQL through psycopg 3 and a connection pool.
 
 New events are copied straight into ``events`` (text COPY, streamed while the ingest core is still
-validating the batch) after one query for the ids already held; when a racing writer takes one of
-them first, the batch falls back to staging its rows and one INSERT … ON CONFLICT DO NOTHING. Rows
-always go in (cloud, event_id) order, so two writers racing overlapping batches lock them in the same order
-and never deadlock.
+validating the batch). While the store's recent batches held nothing already stored, a batch is
+copied without asking first (the dedup index is probed by the insert anyway); after one that did,
+the next batches first ask which of their ids are held and copy only the rest. When the copy meets
+a held id (a resend, or a racing writer that took it first), the batch falls back to staging its
+rows and one INSERT … ON CONFLICT DO NOTHING. Rows always go in (cloud, event_id) order, so two
+writers racing overlapping batches lock them in the same order and never deadlock.
 """
 
 from __future__ import annotations
@@ -168,10 +170,36 @@ class _Pool(ConnectionPool):
         return conn
 
 
+# After a batch met an id already held, this many of the store's next batches ask first.
+_ASK_FIRST_FOR = 32
+
+
+class HeldRecently:
+    """Whether a store's recent batches met ids it already held: resends come in runs (a collector
+    redelivering after a crash, a sync re-reading what it wrote), and inside a run asking first
+    (one lookup) is cheaper than a copy that fails and is redone. Outside one, asking costs more
+    than it saves: the copy's own unique index probe finds the rare resend. Shared by the store's
+    threads without a lock: a lost update only changes which path a batch takes, never its outcome.
+    """
+
+    def __init__(self) -> None:
+        self.remaining = 0
+
+    def met(self) -> None:
+        self.remaining = _ASK_FIRST_FOR
+
+    def ask_first(self) -> bool:
+        if self.remaining <= 0:
+            return False
+        self.remaining -= 1
+        return True
+
+
 class PostgresUnitOfWork(UnitOfWork):
-    def __init__(self, conn: psycopg.Connection):
+    def __init__(self, conn: psycopg.Connection, held_recently: HeldRecently | None = None):
         self.conn = conn
         self.cur = conn.cursor()
+        self.held_recently = held_recently or HeldRecently()
 
     def execute(self, sql: str, params: Sequence[Any] | None = None) -> psycopg.Cursor:
         return self.cur.execute(sql, params)
@@ -188,31 +216,47 @@ class PostgresUnitOfWork(UnitOfWork):
         return self.insert_event_stream([_key(r) for r in ordered], ordered, received_at)
 
     def insert_event_stream(
-        self, keys: Sequence[EventKey], records: Iterable[EventRecord], received_at: datetime
+        self, keys: Sequence[EventKey], records: Iterable[EventRecord], received_at: datetime,
+        meanwhile: Callable[[], None] | None = None,
     ) -> set[EventKey]:
         """Store the records whose (cloud, event_id) is new, copying each as it arrives.
 
-        The fast path copies the new rows straight into ``events`` after asking which of
-        ``keys`` are already held; the server inserts rows while the caller is still
-        producing (validating) the next ones. A writer racing us for one of them makes the copy
-        fail on the dedup key; the batch then rolls back to a savepoint and takes the slow path,
-        a staged ``INSERT … ON CONFLICT DO NOTHING``. Either way rows go in key order, so
-        racing writers lock in the same order.
+        The fast path copies the new rows straight into ``events`` (after asking which of
+        ``keys`` are already held, when recent batches met some: see ``HeldRecently``); the server
+        inserts rows while the caller is still producing (validating) the next ones. A held id
+        not asked for, or one a racing writer took first, makes the copy fail on the dedup key;
+        the batch then rolls back to a savepoint and takes the slow path, a staged ``INSERT … ON
+        CONFLICT DO NOTHING``. Either way rows go in key order, so racing writers lock in the
+        same order. ``meanwhile`` runs after the last row is written, while the server still
+        inserts the rows it has not reached (it trails the writer by a few milliseconds).
         """
         if next(iter(records), None) is None:
             return set()  # nothing valid: no lock, no query
-        held = self._look_up_held(keys, records)
+        if self.held_recently.ask_first():
+            held = self._look_up_held(keys, records)
+            if held:
+                self.held_recently.met()
+        else:
+            held = set()
+            self._open_copy()
         fresh = (r for r in records if (r.cloud, r.event_id) not in held)
         first = next(fresh, None)
         if first is None:
             return set()
         written: list[EventRecord] = []
         try:
-            self._copy(chain((first,), fresh), received_at, written)
+            self._copy(chain((first,), fresh), received_at, written, meanwhile)
         except (pg_errors.UniqueViolation, pg_errors.ExclusionViolation):
+            self.held_recently.met()
             self.cur.execute("ROLLBACK TO SAVEPOINT ingest_copy")
             return self._insert_staged([r for r in records if (r.cloud, r.event_id) not in held], received_at)
         return {(r.cloud, r.event_id) for r in written}
+
+    def _open_copy(self) -> None:
+        """Take the ingest lock (shared) and set the savepoint the fallback rolls back to, in one round trip."""
+        with self.conn.pipeline():
+            self.cur.execute("SELECT pg_advisory_xact_lock_shared(%s)", (INGEST_LOCK,))
+            self.conn.execute("SAVEPOINT ingest_copy")
 
     def _look_up_held(self, keys: Sequence[EventKey], records: Iterable[EventRecord]) -> set[EventKey]:
         """Take the ingest lock (shared), set the savepoint, and return which keys are stored already.
@@ -238,8 +282,10 @@ class PostgresUnitOfWork(UnitOfWork):
         row = lookup.fetchone()
         return {tuple(orjson.loads(pair)) for pair in (row[1] if row is not None else None) or ()}
 
-    def _copy(self, records: Iterator[EventRecord], received_at: datetime, written: list[EventRecord]) -> None:
-        """Copy each record into ``events`` as it comes, appending it to ``written``."""
+    def _copy(self, records: Iterator[EventRecord], received_at: datetime, written: list[EventRecord],
+              meanwhile: Callable[[], None] | None = None) -> None:
+        """Copy each record into ``events`` as it comes, appending it to ``written``; then run
+        ``meanwhile`` before waiting for the server to finish."""
         # Text COPY, not binary, so that the work overlaps: the server inserts a text COPY's rows
         # every 64 kB of input, but holds a binary COPY's rows until it has 1000 of them, i.e. the
         # whole batch, while this process is still validating. The text of a row is as cheap to
@@ -259,6 +305,8 @@ class PostgresUnitOfWork(UnitOfWork):
                      r.occurred_at_iso(), r.source, r.payload_json, r.content_hash,
                      received)
                 )
+            if meanwhile is not None:
+                meanwhile()
 
     def _timestamptz_text(self, value: datetime) -> str:
         """``value`` as psycopg itself would write it into a text COPY."""
@@ -361,6 +409,7 @@ class PostgresStore(Store):
     ):
         self.url = url
         self.retry_budget_s = retry_budget_s
+        self.held_recently = HeldRecently()
         self.pool = _Pool(
             url,
             min_size=min_size,
@@ -401,7 +450,7 @@ class PostgresStore(Store):
     def unit_of_work(self) -> Iterator[PostgresUnitOfWork]:
         with self.connection() as conn:
             with conn.transaction():
-                yield PostgresUnitOfWork(conn)
+                yield PostgresUnitOfWork(conn, self.held_recently)
 
     def query(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
         with self.connection() as conn:

@@ -14,7 +14,6 @@ from collections import Counter
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from functools import partial
 from itertools import islice
 from typing import Any, Literal
 
@@ -304,6 +303,25 @@ class _Restartable:
         return self.start()
 
 
+@dataclass(slots=True)
+class _ReadAhead:
+    """A stream's next batch, read and partly validated while the database finishes the one before
+    (called once per try of that batch's unit of work; the batch is read once)."""
+
+    read: Callable[[], PreparedBatch | None]
+    batch: PreparedBatch | None = None
+    done: bool = False
+
+    def __call__(self) -> None:
+        if not self.done:
+            self.batch, self.done = self.read(), True
+        if self.batch is not None:
+            self.batch.validate_ahead(_AHEAD)
+
+    def take(self) -> PreparedBatch | None:
+        return self.batch if self.done else self.read()
+
+
 def _utcnow() -> datetime:
     return datetime.now(UTC)
 
@@ -388,12 +406,12 @@ class Ingestor:
         return PreparedBatch(items, origin, check, raw_of)
 
     def commit(self, batch: PreparedBatch, *, keep: Callable[[RejectedRow], bool] | None = None,
-               following: PreparedBatch | None = None) -> BatchOutcome:
+               meanwhile: Callable[[], None] | None = None) -> BatchOutcome:
         """Store a batch in one transaction and say what became of each item.
 
         A store that takes events as a stream gets them while the batch is still being validated,
-        and validates part of the ``following`` batch while the database finishes this one; any
-        other store gets the whole list, in item order, once validation is done.
+        and runs ``meanwhile`` (the caller's CPU work: its next batch) while the database finishes
+        this one; any other store gets the whole list, in item order, once validation is done.
         """
         origin = batch.origin
         streaming = self.store.streams_events
@@ -405,9 +423,8 @@ class Ingestor:
         def work(uow: UnitOfWork) -> tuple[set[EventKey], dict[EventKey, str]]:
             received_at = self.clock()
             if streaming:
-                ahead = None if following is None else partial(following.validate_ahead, _AHEAD)
                 inserted = uow.insert_event_stream(batch.candidate_keys, _Restartable(batch.new_records), received_at,
-                                                   ahead)
+                                                   meanwhile)
                 batch.finish()
             else:
                 inserted = uow.insert_events([record for _, record in batch.accepted], received_at)
@@ -438,10 +455,11 @@ class Ingestor:
             uow.insert_rejections(dead, received_at)
             dead_bytes[0] = sum(_utf8_len(row.raw or "") + _utf8_len(row.message) for row in dead)
             activity = Counter((r.cloud, r.source) for _, r in accepted if (r.cloud, r.event_id) in inserted)
-            uow.note_activity(dict(activity), received_at)
-            type_activity.note(uow, Counter((r.cloud, r.resource_type) for _, r in accepted
-                                            if r.source == "collector" and (r.cloud, r.event_id) in inserted),
-                               received_at)
+            with uow.pipelined():
+                uow.note_activity(dict(activity), received_at)
+                type_activity.note(uow, Counter((r.cloud, r.resource_type) for _, r in accepted
+                                                if r.source == "collector" and (r.cloud, r.event_id) in inserted),
+                                   received_at)
             return inserted, winners
 
         inserted, winners = self.store.run(work)
@@ -478,9 +496,8 @@ class Ingestor:
 
         Batches go one after the other, in one thread: overlapping validation with the store in a
         second thread was measured slower here (the two fight over the GIL). Validation and the
-        database overlap within a batch, and the next batch is read from ``items`` before this one
-        is stored, so that part of it is validated while the database finishes this one (see
-        ``commit``).
+        database overlap within a batch, and while the database finishes a batch the next one is
+        read from ``items`` and part of it validated (see ``commit``).
         """
         pending = iter(items)
         size = max(batch_size, 1)  # as before: a batch_size below 1 meant one item per batch
@@ -491,6 +508,6 @@ class Ingestor:
 
         current = read()
         while current is not None:
-            following = read()
-            yield self.commit(current, following=following)
-            current = following
+            ahead = _ReadAhead(read)
+            yield self.commit(current, meanwhile=ahead)
+            current = ahead.take()

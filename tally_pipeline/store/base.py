@@ -12,7 +12,7 @@ import abc
 import random
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, Literal, TypeVar
@@ -94,6 +94,11 @@ class UnitOfWork(abc.ABC):
         ``streams_events`` is true.
         """
         return self.insert_events(list(records), received_at)
+
+    def pipelined(self) -> AbstractContextManager[object]:
+        """Statements sent inside go to the database together, in one round trip where it can
+        (Postgres' pipeline mode); their results are read when the block ends. No COPY inside."""
+        return nullcontext()
 
     @abc.abstractmethod
     def content_hashes(self, keys: Sequence[EventKey]) -> dict[EventKey, str]:

@@ -14,7 +14,7 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable, Iterable, Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from datetime import datetime
 from itertools import chain, islice
 from typing import Any, TypeVar
@@ -203,6 +203,9 @@ class PostgresUnitOfWork(UnitOfWork):
 
     def execute(self, sql: str, params: Sequence[Any] | None = None) -> psycopg.Cursor:
         return self.cur.execute(sql, params)
+
+    def pipelined(self) -> AbstractContextManager[object]:
+        return self.conn.pipeline()
 
     def fetchall(self, sql: str, params: Sequence[Any] | None = None) -> list[tuple[Any, ...]]:
         return self.cur.execute(sql, params).fetchall()

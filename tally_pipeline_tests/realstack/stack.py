@@ -465,6 +465,11 @@ class Stack:
         api_paste_config = {venv / 'etc' / 'cinder' / 'api-paste.ini'}
         resource_query_filters_file = {venv / 'etc' / 'cinder' / 'resource_filters.json'}
         osapi_volume_workers = 1
+        # cinder-volume tells the scheduler its backend at start and then every periodic_interval (60 s,
+        # after up to 60 s of fuzz): when the two start together the first word can be lost, and the
+        # scheduler then knows no backend (NoValidBackend) for up to two minutes.
+        periodic_interval = 5
+        periodic_fuzzy_delay = 0
         [fake]
         volume_driver = cinder.tests.fake_driver.FakeLoggingVolumeDriver
         volume_backend_name = fake
@@ -568,6 +573,8 @@ class Stack:
             for project in (self.identity.tenant_project_id, self.identity.admin_project_id):
                 conn.compute.update_quota_set(project, ram=-1, cores=-1, instances=-1)
             conn.block_storage.create_type(name="rs-fake", extra_specs={"volume_backend_name": "fake"})
+            wait_for(lambda: any(True for _ in conn.block_storage.backend_pools()),
+                     "cinder's scheduler to know the volume backend", 120, every=1)
             network = conn.network.create_network(name="rs-public", is_router_external=True,
                                                   provider_network_type="flat",
                                                   provider_physical_network="physnet1", shared=True)

@@ -76,11 +76,7 @@ def late_for(
         if span is None:
             continue
         since, start = span
-        moved = memo.get((since, start, watermark))
-        if moved is None:
-            moved = memo[(since, start, watermark)] = late_usage(
-                uow, sql, meters, since=since, upto=watermark, start=start, end=window.boundary
-            )
+        moved = _memoised(uow, sql, meters, window, since, start, watermark, memo)
         if key in moved:
             out[key] = moved[key]
     return out
@@ -102,10 +98,17 @@ def late_rows(
     meters = list(meters)
     out: list[LateRow] = []
     for since, start in spans:
-        moved = memo.get((since, start, watermark))
-        if moved is None:
-            moved = memo[(since, start, watermark)] = late_usage(
-                uow, sql, meters, since=since, upto=watermark, start=start, end=window.boundary
-            )
+        moved = _memoised(uow, sql, meters, window, since, start, watermark, memo)
         out += [LateRow(key, since, start, micro) for key, micro in moved.items() if key in batch]
     return out
+
+
+def _memoised(uow: UnitOfWork, sql: UsageSQL, meters: list[Meter], window: CycleWindow, since: int, start: datetime,
+              watermark: int, memo: LateMemo) -> dict[EntityKey, int]:
+    """``late_usage`` for a checkpoint's ``late_span`` ``(since, start)`` up to the batch's watermark, once per cycle."""
+    moved = memo.get((since, start, watermark))
+    if moved is None:
+        moved = memo[(since, start, watermark)] = late_usage(
+            uow, sql, meters, since=since, upto=watermark, start=start, end=window.boundary
+        )
+    return moved

@@ -2,7 +2,8 @@
 
 Same rules, same statements as ``poster.post_batch`` on its Python path (``core.ledger.plan_delta``
 per entity, whatever the store), but each entity is its own transaction (make sure its checkpoint
-exists, lock it, sum its usage, post, advance): what a straightforward implementation does. The benchmark runs it on the same data; a test holds both to the same ledger.
+exists, lock it, sum its usage, post, advance): what a straightforward implementation does. The
+benchmark runs it on the same data; a test holds both to the same ledger.
 """
 
 from __future__ import annotations

@@ -7,23 +7,25 @@ sensor's rule launches follow-ups for deferrals that are due; every simulated ho
 materializes the projection, audits the ledger and posts a checkpoint-delta cycle. At the end
 ``usage_daily`` is backfilled over the window in one run and a last cycle posts through the end.
 
-Beside it, a second store is fed the same events with no reconciliation ("events alone"), and the
-ledger of each is compared with the simulator's ground truth through the same clamp: per meter, and
+Beside it, a second store is fed the same events with no reconciliation ("events alone"), in a
+process of its own on the machine's other core (it shares only the timeline of steps with the main
+pipeline), and the ledger of each is compared with the simulator's ground truth through the same clamp: per meter, and
 as a tenant sees it, per (cloud, project, meter) with absolute differences summed.
 """
 
 from __future__ import annotations
 
 import logging
+import multiprocessing
 import sys
 import tempfile
 import time
 from collections import Counter
-from collections.abc import Callable
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import dagster as dg
 
@@ -39,7 +41,7 @@ from tally_pipeline.core.usage import (
 )
 from tally_pipeline.defs.reconciliation.requests import follow_up_requests, reconciliation_requests
 from tally_pipeline.orchestration.resources import Ledger, TallyStore
-from tally_pipeline.orchestration.tags import NOW, SYNC_STATUS
+from tally_pipeline.orchestration.tags import CLOUD, NOW, SYNC_STATUS
 from tally_pipeline.providers.simulated import DeliverySpec, Simulation, SimulationSpec, simulate
 from tally_pipeline.providers.simulated.adapter import SimulatedAdapter
 from tally_pipeline.runtime import Runtime
@@ -184,39 +186,145 @@ def _ledger_totals(store: Any) -> dict[str, int]:
 _EPOCH = datetime.fromisoformat("1970-01-01T00:00:00+00:00")
 
 
-def _tenant_sample(sim: Simulation, registry: SizeSchemaRegistry, main: Any, plain: Any, through: datetime) -> TenantSample:
-    """Each ledger per (cloud, project, meter), and the ground truth through ``through``, in µ-units."""
-    from tally_pipeline.store import ledger_records
-
+def _truth_by_entity(sim: Simulation, registry: SizeSchemaRegistry, through: datetime) -> dict[Entity, int]:
+    """The ground truth per (cloud, project, meter) through ``through``, in µ-units."""
     rows = ((key.cloud, iv.project_id, key.resource_type, Interval(iv.start, iv.end, dict(iv.size)))
             for key, iv in sim.truth.intervals())
-    return TenantSample(main.run(ledger_records.posted_by_entity), plain.run(ledger_records.posted_by_entity),
-                        usage_by_entity(registry.meters(), rows, _EPOCH, through))
+    return usage_by_entity(registry.meters(), rows, _EPOCH, through)
+
+
+@dataclass(frozen=True)
+class Step:
+    """One step of the demo's timeline. ``feed``: the collectors' events delivered in (``after``, ``at``];
+    ``follow-ups``: the settle-window sensor's rule at ``at``; ``sync``: a scheduled sync of every cloud
+    polling at ``at``; ``post``: the hourly run (projection, audit, posting) at ``at``; ``daily``: the
+    usage_daily backfill through ``at``; ``tick``: the ``n``-th of ``ticks`` simulated ticks is done;
+    ``stage``: ``what`` begins."""
+
+    kind: Literal["feed", "follow-ups", "sync", "post", "daily", "tick", "stage"]
+    at: datetime
+    after: datetime | None = None
+    n: int = 0
+    ticks: int = 0
+    what: str = ""
+
+
+def timeline(sim: Simulation, s: DemoSettings) -> Iterator[Step]:
+    """What the demo does, in order: the main pipeline follows every step, the events-only baseline
+    the feeds and posts, so both stores see the same events in the same batches."""
+    ticks = int((sim.end - sim.start) / TICK)
+    lag = timedelta(seconds=s.ingest_lag)
+    yield Step("stage", sim.start, what="the baseline: the history before the window, a first sync and a first posting")
+    # The baseline: the warm clouds' history before the window (whatever its lost events did to it
+    # before anyone was syncing) is posted once; the report measures the window after it.
+    yield Step("feed", sim.start)
+    yield Step("sync", sim.start)
+    yield Step("post", sim.start + lag)
+    yield Step("stage", sim.start, what=f"the window: {ticks} simulated 10-minute ticks, each the collectors' events, "
+                                        "a sync of every cloud and its follow-ups; a posting every hour")
+    tick = sim.start
+    for n in range(1, ticks + 1):
+        previous, tick = tick, sim.start + n * TICK
+        half = previous + TICK / 2
+        yield Step("feed", half, after=previous)
+        yield Step("follow-ups", half)
+        yield Step("feed", tick, after=half)
+        yield Step("sync", tick)
+        if (tick - sim.start) % timedelta(hours=1) == timedelta(0):
+            yield Step("post", tick)
+        yield Step("tick", tick, n=n, ticks=ticks)
+    # The collectors catch up on what was still in flight at the end of the window.
+    yield Step("stage", sim.end, what="the end: the events still in flight, a last sync, the usage_daily backfill "
+                                      "and a last posting")
+    yield Step("feed", sim.end + lag, after=sim.end)
+    yield Step("sync", sim.end + lag)
+    yield Step("daily", sim.end + lag)
+    yield Step("post", sim.end + lag)
+
+
+@dataclass(frozen=True)
+class LedgerSample:
+    """One ledger at one posting: per meter, and per (cloud, project, meter), in µ-units."""
+
+    totals: dict[str, int]
+    by_entity: dict[Entity, int]
+
+
+def _ledger_sample(rt: Runtime) -> LedgerSample:
+    from tally_pipeline.store import ledger_records
+
+    return LedgerSample(_ledger_totals(rt.store), rt.store.run(ledger_records.posted_by_entity))
+
+
+def _spec(s: DemoSettings, clouds: list[str]) -> SimulationSpec:
+    return SimulationSpec(clouds=tuple(clouds), resources=s.resources, start=START, hours=s.hours, seed=s.seed,
+                          delivery=DeliverySpec(loss=s.loss, duplicates=s.duplicates))
+
+
+def events_only(s: DemoSettings, clouds: list[str], config: Path, database: Path) -> list[LedgerSample]:
+    """The baseline without reconciliation: the same events, in the same batches, into ``database``, the
+    projection folded and a cycle posted at each of the timeline's posts; its ledger at each.
+
+    It shares nothing with the main pipeline but the timeline, so ``run_demo`` runs it in a process of
+    its own, beside the main one (its simulation is rebuilt there from the same seed)."""
+    from tally_pipeline.services import projection
+    from tally_pipeline.services.ledger.poster import post_usage
+
+    sim = simulate(_spec(s, clouds))
+    plain = Runtime.load(str(config), database=f"duckdb://{database}")
+    samples = []
+    try:
+        plain.store.migrate()
+        with plain.store.session():
+            for step in timeline(sim, s):
+                if step.kind == "feed":
+                    for _ in plain.ingestor.ingest_stream(sim.stream.delivered(after=step.after, until=step.at),
+                                                          origin="collector"):
+                        pass
+                elif step.kind == "post":
+                    projection.refresh(plain.store)
+                    post_usage(plain.store, plain.registry, now=step.at, ingest_lag=s.ingest_lag, window_days=35)
+                    samples.append(_ledger_sample(plain))
+    finally:
+        plain.close()
+    return samples
 
 
 def run_demo(s: DemoSettings, *, progress: Callable[[int, int], None] | None = None,
              stage: Callable[[str], None] | None = None) -> DemoRun:
     """Run the demo; ``progress(n, ticks)`` after each simulated tick, ``stage(what)`` as each stage begins."""
-    from tally_pipeline.definitions import build_definitions
-    from tally_pipeline.services.ledger.poster import post_usage
-
     directory = s.directory or Path(tempfile.mkdtemp(prefix="tally-demo-"))
     directory.mkdir(parents=True, exist_ok=True)
     for stale in ("tally.duckdb", "tally.duckdb.wal", "events-only.duckdb", "events-only.duckdb.wal"):
         (directory / stale).unlink(missing_ok=True)
     clouds = [f"sim-{i + 1}" for i in range(s.clouds)]
-    spec = SimulationSpec(clouds=tuple(clouds), resources=s.resources, start=START, hours=s.hours, seed=s.seed,
-                          delivery=DeliverySpec(loss=s.loss, duplicates=s.duplicates))
     say = stage or (lambda _: None)
     say(f"simulating {s.clouds} cloud(s) over {s.hours:g} h (seed {s.seed}), in {directory}")
-    sim = simulate(spec)
+    sim = simulate(_spec(s, clouds))
     run = DemoRun(s, directory, sim, time.perf_counter())
     config = _config(directory, s, clouds)
+    # The events-only baseline shares nothing with the main pipeline but the timeline: it runs in a
+    # process of its own (spawned, so it inherits no open file or thread), on the machine's other core.
+    with multiprocessing.get_context("spawn").Pool(1) as pool:
+        baseline = pool.apply_async(events_only, (s, clouds, config, directory / "events-only.duckdb"))
+        mains = _run_main(run, clouds, config, progress, say)
+        plains = baseline.get()
+    samples = [replace(m, events_only=p.totals,
+                       tenants=replace(m.tenants, events_only=p.by_entity) if m.tenants else None)
+               for m, p in zip(mains, plains, strict=True)]
+    run.baseline, run.samples = samples[0], samples[1:]
+    return run
 
+
+def _run_main(run: DemoRun, clouds: list[str], config: Path, progress: Callable[[int, int], None] | None,
+              say: Callable[[str], None]) -> list[Sample]:
+    """The main pipeline through the timeline, through the Dagster definitions; a sample at each post
+    (without the events-only ledger, which ``events_only`` adds)."""
+    from tally_pipeline.definitions import build_definitions
+
+    s, sim, directory = run.settings, run.sim, run.directory
     main = Runtime.load(str(config))
     main.store.migrate()
-    plain = Runtime.load(str(config), database=f"duckdb://{directory / 'events-only.duckdb'}")
-    plain.store.migrate()
     clock = SimulatedClock(sim.start)
     store = TallyStore(config_path=str(config))
     resources = {"store": store, "ledger": Ledger(config_path=str(config)), "adapters": SimulatedPlatforms(sim), "clock": clock}
@@ -232,6 +340,7 @@ def run_demo(s: DemoSettings, *, progress: Callable[[int, int], None] | None = N
             "usage_checkpoints", "ledger_cycles", "ledger_skips"))])
     ).resolve_job_def("demo_hourly")
     partition_range = {"dagster/asset_partition_range_start": clouds[0], "dagster/asset_partition_range_end": clouds[-1]}
+    samples: list[Sample] = []
 
     def execute(job: dg.JobDefinition, name: str, **kwargs: Any) -> dg.ExecuteInProcessResult:
         # A logger is used only when the run config names it; naming ours replaces Dagster's console one.
@@ -248,79 +357,45 @@ def run_demo(s: DemoSettings, *, progress: Callable[[int, int], None] | None = N
             raise RuntimeError(f"{name} failed: " + (error.message if error else "see dagster.log"))
         return result
 
-    def feed(after: datetime | None, until: datetime) -> None:
-        items = sim.stream.delivered(after=after, until=until)
-        for rt, counted in ((main, True), (plain, False)):
-            with rt.store.session():
-                for outcome in rt.ingestor.ingest_stream(items, origin="collector"):
-                    if counted:
-                        run.events.update(stored=outcome.stored, duplicates=outcome.duplicates, rejected=outcome.rejected)
-
-    def post(now: datetime) -> None:
-        clock.value = now
-        execute(hourly, "projection+audit+posting", tags={NOW: format_rfc3339(now)})
-        with plain.store.session():
-            from tally_pipeline.services import projection
-
-            projection.refresh(plain.store)
-            post_usage(plain.store, plain.registry, now=now, ingest_lag=s.ingest_lag, window_days=35)
-        clamp = now - timedelta(seconds=s.ingest_lag)
-        run.samples.append(Sample(now, clamp, _ledger_totals(main.store), _ledger_totals(plain.store),
-                                  _truth_totals(sim, main.registry, clamp),
-                                  _tenant_sample(sim, main.registry, main.store, plain.store, clamp)))
-
-    # One process runs everything: keeping both files open for the whole demo lets every other
+    # One process runs every Dagster run: keeping the file open for the whole demo lets every other
     # connection (the Dagster steps' own stores) reuse the open database instead of reloading it.
-    with main.store.session(), plain.store.session():
-        ticks = int((sim.end - sim.start) / TICK)
-        say("the baseline: the history before the window, a first sync and a first posting")
-        feed(None, sim.start)
-        # The baseline: the warm clouds' history before the window (whatever its lost events did to
-        # it before anyone was syncing) is posted once; the report measures the window after it.
-        clock.value = sim.start
-        stamp = format_rfc3339(sim.start)
-        execute(reconcile, "scheduled sync (all clouds)",
-                tags={"tally/poll_time": stamp, "tally/run_key": f"tick:{stamp}", **partition_range})
-        post(sim.start + timedelta(seconds=s.ingest_lag))
-        run.baseline = run.samples.pop()
-        say(f"the window: {ticks} simulated 10-minute ticks, each the collectors' events, a sync of every cloud "
-            "and its follow-ups; a posting every hour")
-        tick = sim.start
-        for n in range(1, ticks + 1):
-            previous, tick = tick, sim.start + n * TICK
-            half = previous + TICK / 2
-            feed(previous, half)
-            clock.value = half
-            for request in follow_up_requests(asset_reads.due_follow_ups(main.store, half), clouds, half):  # the settle-window sensor's rule
-                execute(reconcile, "follow-up sync", partition_key=request.partition_key, tags=request.tags)
-            feed(half, tick)
-            clock.value = tick
-            tags = dict(reconciliation_requests([clouds[0]], tick)[0].tags)
-            tags.pop("tally/cloud", None)
-            execute(reconcile, "scheduled sync (all clouds)", tags={**tags, **partition_range})
-            if (tick - sim.start) % timedelta(hours=1) == timedelta(0):
-                post(tick)
-            if progress is not None:
-                progress(n, ticks)
-
-        # The collectors catch up on what was still in flight at the end of the window.
-        say("the end: the events still in flight, a last sync, the usage_daily backfill and a last posting")
-        end = sim.end + timedelta(seconds=s.ingest_lag)
-        feed(sim.end, end)
-        clock.value = end
-        stamp = format_rfc3339(end)
-        execute(reconcile, "scheduled sync (all clouds)",
-                tags={"tally/poll_time": stamp, "tally/run_key": f"tick:{stamp}", **partition_range})
-        days = sorted({(sim.start + timedelta(days=d)).date() for d in range(int((end - sim.start).days) + 1)})
-        execute(defs.resolve_job_def("usage_daily_job"), "usage_daily backfill (one run)", tags={
-            "dagster/asset_partition_range_start": days[0].isoformat(),
-            "dagster/asset_partition_range_end": days[-1].isoformat()})
-        post(end)
-        run.final_clamp = end - timedelta(seconds=s.ingest_lag)
-        write_snapshot(main.store)
-    main.close()
-    plain.close()
-    return run
+    try:
+        with main.store.session():
+            for step in timeline(sim, s):
+                clock.value = step.at
+                if step.kind == "stage":
+                    say(step.what)
+                elif step.kind == "feed":
+                    for outcome in main.ingestor.ingest_stream(sim.stream.delivered(after=step.after, until=step.at),
+                                                               origin="collector"):
+                        run.events.update(stored=outcome.stored, duplicates=outcome.duplicates,
+                                          rejected=outcome.rejected)
+                elif step.kind == "follow-ups":  # the settle-window sensor's rule
+                    for request in follow_up_requests(asset_reads.due_follow_ups(main.store, step.at), clouds, step.at):
+                        execute(reconcile, "follow-up sync", partition_key=request.partition_key, tags=request.tags)
+                elif step.kind == "sync":
+                    tags = dict(reconciliation_requests([clouds[0]], step.at)[0].tags)
+                    tags.pop(CLOUD, None)
+                    execute(reconcile, "scheduled sync (all clouds)", tags={**tags, **partition_range})
+                elif step.kind == "post":
+                    execute(hourly, "projection+audit+posting", tags={NOW: format_rfc3339(step.at)})
+                    clamp = step.at - timedelta(seconds=s.ingest_lag)
+                    mine = _ledger_sample(main)
+                    samples.append(Sample(step.at, clamp, mine.totals, {}, _truth_totals(sim, main.registry, clamp),
+                                          TenantSample(mine.by_entity, {}, _truth_by_entity(sim, main.registry, clamp))))
+                elif step.kind == "daily":
+                    days = sorted({(sim.start + timedelta(days=d)).date()
+                                   for d in range(int((step.at - sim.start).days) + 1)})
+                    execute(defs.resolve_job_def("usage_daily_job"), "usage_daily backfill (one run)", tags={
+                        "dagster/asset_partition_range_start": days[0].isoformat(),
+                        "dagster/asset_partition_range_end": days[-1].isoformat()})
+                    run.final_clamp = step.at - timedelta(seconds=s.ingest_lag)
+                elif step.kind == "tick" and progress is not None:
+                    progress(step.n, step.ticks)
+            write_snapshot(main.store)
+    finally:
+        main.close()
+    return samples
 
 
 def report(run: DemoRun) -> dict[str, Any]:

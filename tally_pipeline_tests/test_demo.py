@@ -123,3 +123,16 @@ def test_piped_the_demo_says_each_stage_as_it_happens(tmp_path) -> None:
     found = [next(i for i, line in enumerate(lines) if line.removeprefix("tally demo: ").startswith(s)) for s in stages]
     assert found == sorted(found), lines
     assert sum("% of the window" in line for line in lines) == 6  # one per tick here: 6 ticks, each a tenth or more
+
+
+@pytest.mark.slow
+def test_the_events_only_baseline_from_its_own_process_is_the_one_this_process_computes(tmp_path) -> None:
+    from tally_pipeline.demo import DemoSettings, events_only, run_demo
+
+    run = run_demo(DemoSettings(clouds=1, hours=2, loss=0.1, seed=4, directory=tmp_path / "demo"))
+    assert run.baseline is not None and len(run.samples) == 3  # the baseline, two hours, the end
+    here = events_only(run.settings, list(run.sim.clouds), run.directory / "tally.yaml", tmp_path / "here.duckdb")
+    spawned = [run.baseline, *run.samples]
+    assert [s.totals for s in here] == [s.events_only for s in spawned]
+    assert [s.by_entity for s in here] == [s.tenants.events_only for s in spawned if s.tenants]
+    assert any(s.events_only for s in run.samples) and run.samples[-1].events_only != run.samples[-1].reconciled

@@ -119,7 +119,7 @@ def _run(
         "postings": steady.postings,
         # What the steady cycle cannot do without: COPY its postings, one update of every checkpoint.
         "floor_s": round(floor.seconds, 3),
-        "floor": {"postings": floor.postings, "postings_s": round(floor.postings_s, 3),
+        "floor": {"postings": floor.postings, "postings_s": round(floor.postings_s, 3), "earlier_postings": floor.held,
                   "checkpoints": floor.checkpoints, "checkpoints_s": round(floor.checkpoints_s, 3)},
         "ratio_to_floor": round(steady_s / floor.seconds, 2),
         "first_cycle_entities_per_s": round(made / first_s, 1),

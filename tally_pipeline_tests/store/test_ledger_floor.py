@@ -1,4 +1,5 @@
-"""The posting cycle's write floor (``tally bench post``): it writes exactly the cycle's rows, into copies."""
+"""The posting cycle's write floor (``tally bench post``): it writes exactly the cycle's rows, into copies
+holding what the tables held before the cycle."""
 
 from __future__ import annotations
 
@@ -23,13 +24,14 @@ def test_the_floor_writes_the_cycles_rows_into_copies_and_leaves_the_ledger_as_i
     rows, entities = _intervals(30)
     store.load_intervals(rows)
     registry = default_registry()
-    post_usage(store, registry, now=BASE, ingest_lag=LAG, window_days=WINDOW_DAYS)
+    first = post_usage(store, registry, now=BASE, ingest_lag=LAG, window_days=WINDOW_DAYS)
     steady = post_usage(store, registry, now=BASE + timedelta(hours=1), ingest_lag=LAG, window_days=WINDOW_DAYS)
     before = _ledger(store)
 
     floor = measure_write_floor(store, steady.cycle_id)
 
     assert floor.postings == steady.postings == entities and floor.checkpoints == entities
+    assert floor.held == first.postings > entities  # the copy held the first cycle's usage and aged_out rows
     assert floor.postings_s > 0 and floor.checkpoints_s > 0 and floor.seconds == floor.postings_s + floor.checkpoints_s
     assert _ledger(store) == before
     tables = {name for (name,) in store.query("SELECT table_name FROM information_schema.tables")}

@@ -291,8 +291,10 @@ def events_only(s: DemoSettings, clouds: list[str], config: Path, database: Path
 
 
 def run_demo(s: DemoSettings, *, progress: Callable[[int, int], None] | None = None,
-             stage: Callable[[str], None] | None = None) -> DemoRun:
-    """Run the demo; ``progress(n, ticks)`` after each simulated tick, ``stage(what)`` as each stage begins."""
+             stage: Callable[[str], None] | None = None,
+             baseline_of: Callable[[DemoSettings, list[str], Path, Path], list[LedgerSample]] = events_only) -> DemoRun:
+    """Run the demo; ``progress(n, ticks)`` after each simulated tick, ``stage(what)`` as each stage begins.
+    ``baseline_of``: what computes the events-only ledgers in the second process (a module-level function)."""
     directory = s.directory or Path(tempfile.mkdtemp(prefix="tally-demo-"))
     directory.mkdir(parents=True, exist_ok=True)
     for stale in ("tally.duckdb", "tally.duckdb.wal", "events-only.duckdb", "events-only.duckdb.wal"):
@@ -306,8 +308,12 @@ def run_demo(s: DemoSettings, *, progress: Callable[[int, int], None] | None = N
     # The events-only baseline shares nothing with the main pipeline but the timeline: it runs in a
     # process of its own (spawned, so it inherits no open file or thread), on the machine's other core.
     with multiprocessing.get_context("spawn").Pool(1) as pool:
-        baseline = pool.apply_async(events_only, (s, clouds, config, directory / "events-only.duckdb"))
-        mains = _run_main(run, clouds, config, progress, say)
+        baseline = pool.apply_async(baseline_of, (s, clouds, config, directory / "events-only.duckdb"))
+        def failed_beside() -> None:  # a baseline that failed stops the demo at the next tick, its error raised
+            if baseline.ready() and not baseline.successful():
+                baseline.get()
+
+        mains = _run_main(run, clouds, config, progress, say, failed_beside)
         plains = baseline.get()
     samples = [replace(m, events_only=p.totals,
                        tenants=replace(m.tenants, events_only=p.by_entity) if m.tenants else None)
@@ -317,9 +323,9 @@ def run_demo(s: DemoSettings, *, progress: Callable[[int, int], None] | None = N
 
 
 def _run_main(run: DemoRun, clouds: list[str], config: Path, progress: Callable[[int, int], None] | None,
-              say: Callable[[str], None]) -> list[Sample]:
+              say: Callable[[str], None], check: Callable[[], None] = lambda: None) -> list[Sample]:
     """The main pipeline through the timeline, through the Dagster definitions; a sample at each post
-    (without the events-only ledger, which ``events_only`` adds)."""
+    (without the events-only ledger, which ``events_only`` adds). ``check()`` after each tick."""
     from tally_pipeline.definitions import build_definitions
 
     s, sim, directory = run.settings, run.sim, run.directory
@@ -390,8 +396,10 @@ def _run_main(run: DemoRun, clouds: list[str], config: Path, progress: Callable[
                         "dagster/asset_partition_range_start": days[0].isoformat(),
                         "dagster/asset_partition_range_end": days[-1].isoformat()})
                     run.final_clamp = step.at - timedelta(seconds=s.ingest_lag)
-                elif step.kind == "tick" and progress is not None:
-                    progress(step.n, step.ticks)
+                elif step.kind == "tick":
+                    check()
+                    if progress is not None:
+                        progress(step.n, step.ticks)
             write_snapshot(main.store)
     finally:
         main.close()

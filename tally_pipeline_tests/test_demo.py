@@ -136,3 +136,15 @@ def test_the_events_only_baseline_from_its_own_process_is_the_one_this_process_c
     assert [s.totals for s in here] == [s.events_only for s in spawned]
     assert [s.by_entity for s in here] == [s.tenants.events_only for s in spawned if s.tenants]
     assert any(s.events_only for s in run.samples) and run.samples[-1].events_only != run.samples[-1].reconciled
+
+
+def _broken_baseline(*_: object) -> list:
+    raise RuntimeError("the events-only store broke")
+
+
+@pytest.mark.slow
+def test_a_failing_baseline_process_fails_the_demo_with_its_error(tmp_path) -> None:
+    from tally_pipeline.demo import DemoSettings, run_demo
+
+    with pytest.raises(RuntimeError, match="the events-only store broke"):
+        run_demo(DemoSettings(clouds=1, hours=1, directory=tmp_path), baseline_of=_broken_baseline)

@@ -9,8 +9,8 @@ materializes the projection, audits the ledger and posts a checkpoint-delta cycl
 
 Beside it, a second store is fed the same events with no reconciliation ("events alone"), in a
 process of its own on the machine's other core (it shares only the timeline of steps with the main
-pipeline), and the ledger of each is compared with the simulator's ground truth through the same clamp: per meter, and
-as a tenant sees it, per (cloud, project, meter) with absolute differences summed.
+pipeline), and the ledger of each is compared with the simulator's ground truth through the same
+clamp: per meter, and as a tenant sees it, per (cloud, project, meter) with absolute differences summed.
 """
 
 from __future__ import annotations
@@ -309,6 +309,7 @@ def run_demo(s: DemoSettings, *, progress: Callable[[int, int], None] | None = N
     # process of its own (spawned, so it inherits no open file or thread), on the machine's other core.
     with multiprocessing.get_context("spawn").Pool(1) as pool:
         baseline = pool.apply_async(baseline_of, (s, clouds, config, directory / "events-only.duckdb"))
+
         def failed_beside() -> None:  # a baseline that failed stops the demo at the next tick, its error raised
             if baseline.ready() and not baseline.successful():
                 baseline.get()

@@ -45,6 +45,7 @@ from tally_pipeline.orchestration.tags import CLOUD, NOW, SYNC_STATUS
 from tally_pipeline.providers.simulated import DeliverySpec, Simulation, SimulationSpec, simulate
 from tally_pipeline.providers.simulated.adapter import SimulatedAdapter
 from tally_pipeline.runtime import Runtime
+from tally_pipeline.services.ingest import BatchOutcome
 from tally_pipeline.store import asset_reads
 from tally_pipeline.store.snapshot import write_snapshot
 
@@ -256,6 +257,11 @@ def _ledger_sample(rt: Runtime) -> LedgerSample:
     return LedgerSample(_ledger_totals(rt.store), rt.store.run(ledger_records.posted_by_entity))
 
 
+def _feed(rt: Runtime, sim: Simulation, step: Step) -> Iterator[BatchOutcome]:
+    """A ``feed`` step into ``rt``'s store: both stores take it through here, so in the same batches."""
+    return rt.ingestor.ingest_stream(sim.stream.delivered(after=step.after, until=step.at), origin="collector")
+
+
 def _spec(s: DemoSettings, clouds: list[str]) -> SimulationSpec:
     return SimulationSpec(clouds=tuple(clouds), resources=s.resources, start=START, hours=s.hours, seed=s.seed,
                           delivery=DeliverySpec(loss=s.loss, duplicates=s.duplicates))
@@ -278,8 +284,7 @@ def events_only(s: DemoSettings, clouds: list[str], config: Path, database: Path
         with plain.store.session():
             for step in timeline(sim, s):
                 if step.kind == "feed":
-                    for _ in plain.ingestor.ingest_stream(sim.stream.delivered(after=step.after, until=step.at),
-                                                          origin="collector"):
+                    for _ in _feed(plain, sim, step):
                         pass
                 elif step.kind == "post":
                     projection.refresh(plain.store)
@@ -373,8 +378,7 @@ def _run_main(run: DemoRun, clouds: list[str], config: Path, progress: Callable[
                 if step.kind == "stage":
                     say(step.what)
                 elif step.kind == "feed":
-                    for outcome in main.ingestor.ingest_stream(sim.stream.delivered(after=step.after, until=step.at),
-                                                               origin="collector"):
+                    for outcome in _feed(main, sim, step):
                         run.events.update(stored=outcome.stored, duplicates=outcome.duplicates,
                                           rejected=outcome.rejected)
                 elif step.kind == "follow-ups":  # the settle-window sensor's rule

@@ -3,10 +3,12 @@
 The benchmark builds its own tables (a throw-away schema on Postgres, a temporary file on
 DuckDB), so it never touches the data of the database it is pointed at. Every entity is an
 instance meter (three per project) or a volume meter; every interval is open, so every cycle
-has a delta for every entity. Timed: the first cycle (opens every checkpoint), a steady cycle an
-hour later (the headline figure), the steady cycle's write floor (``store.ledger_floor``: writing its
-postings and checkpoints with nothing read or computed, in the same database), and the naive
-one-transaction-per-entity poster another hour later over a spread sample of the same entities.
+has a delta for every entity. Timed: the first cycle (opens every checkpoint), then steady cycles an
+hour apart, each followed by its own write floor (``store.ledger_floor``: writing that cycle's
+postings and checkpoints with nothing read or computed, in the same database, among the same earlier
+postings), and the naive one-transaction-per-entity poster an hour after the last over a spread sample
+of the same entities. The headline is the fastest steady cycle against its own floor: the floor is
+the fastest of three tries, so one cycle timed once would be judged by its noise, not its work.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from __future__ import annotations
 import gc
 import json
 import time
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -23,7 +26,7 @@ from tally_pipeline.schemas import default_registry
 from tally_pipeline.services.ledger.poster import DEFAULT_BATCH_SIZE, DEFAULT_WORKERS, CycleResult, post_usage
 from tally_pipeline.services.ledger.verify import verify
 from tally_pipeline.store import Store, ledger_checkpoints
-from tally_pipeline.store.ledger_floor import measure_write_floor
+from tally_pipeline.store.ledger_floor import WriteFloor, measure_write_floor
 from tally_pipeline.store.scratch import scratch_store
 
 BASE = datetime(2026, 1, 1, tzinfo=UTC)
@@ -59,6 +62,12 @@ def _timed(fn: Any) -> tuple[Any, float]:
     return out, time.perf_counter() - started
 
 
+def _steady(store: Store, cycle: Callable[[datetime], CycleResult], now: datetime) -> tuple[CycleResult, float, WriteFloor]:
+    """One steady cycle, timed, and its write floor, measured before the next cycle adds postings."""
+    result, seconds = _timed(lambda: cycle(now))
+    return result, seconds, measure_write_floor(store, result.cycle_id)
+
+
 def bench_post(
     url: str,
     entities: int,
@@ -66,22 +75,26 @@ def bench_post(
     naive_sample: int | None = None,
     batch_size: int = DEFAULT_BATCH_SIZE,
     workers: int | None = None,
+    steady_cycles: int = 3,
     keep: bool = False,
 ) -> dict[str, Any]:
     """Run the benchmark against the database server ``url`` names; return the figures.
 
     ``naive_sample`` defaults to 10,000 entities on Postgres and 200 on DuckDB, where every
-    transaction opens the file.
+    transaction opens the file. ``steady_cycles``: how many steady cycles are timed.
     """
     if entities < 3:
         raise ValueError("use at least 3 entities")
+    if steady_cycles < 1:
+        raise ValueError("time at least one steady cycle")
     registry = default_registry()
     with scratch_store(url, keep=keep) as store:
-        return _run(store, registry, entities, naive_sample, batch_size, workers)
+        return _run(store, registry, entities, naive_sample, batch_size, workers, steady_cycles)
 
 
 def _run(
-    store: Store, registry: Any, entities: int, naive_sample: int | None, batch_size: int, workers: int | None
+    store: Store, registry: Any, entities: int, naive_sample: int | None, batch_size: int, workers: int | None,
+    steady_cycles: int,
 ) -> dict[str, Any]:
     if naive_sample is None:
         naive_sample = 10_000 if store.dialect == "postgres" else 200
@@ -93,15 +106,15 @@ def _run(
 
 
     first, first_s = _timed(lambda: cycle(BASE))
-    steady, steady_s = _timed(lambda: cycle(BASE + timedelta(hours=1)))
-    floor = measure_write_floor(store, steady.cycle_id)
+    steadies = [_steady(store, cycle, BASE + timedelta(hours=hour)) for hour in range(1, steady_cycles + 1)]
+    steady, steady_s, floor = min(steadies, key=lambda timed: timed[1])
     store.run(store.usage_sql().refresh_statistics)
     keys = [EntityKey(*key) for key in ledger_checkpoints.entity_keys(store)]
     sample_size = max(1, min(naive_sample, len(keys)))
     step = len(keys) / sample_size
     sample = [keys[int(i * step)] for i in range(sample_size)]
     naive, naive_s = _timed(
-        lambda: post_usage_naively(store, registry, sample, now=BASE + timedelta(hours=2), ingest_lag=LAG, window_days=WINDOW_DAYS)
+        lambda: post_usage_naively(store, registry, sample, now=BASE + timedelta(hours=steady_cycles + 1), ingest_lag=LAG, window_days=WINDOW_DAYS)
     )
     check, verify_s = _timed(lambda: verify(store, registry))
 
@@ -113,6 +126,8 @@ def _run(
         "intervals": len(rows),
         "batch_size": batch_size,
         "workers": workers if workers is not None else (DEFAULT_WORKERS if store.parallel_writes else 1),
+        "steady_cycles": [{"seconds": round(seconds, 3), "floor_s": round(own.seconds, 3),
+                           "ratio_to_floor": round(seconds / own.seconds, 2)} for _, seconds, own in steadies],
         "entities_per_s": round(rate, 1),
         "seconds": round(steady_s, 3),
         "entities_with_delta": len(steady.posted),

@@ -155,10 +155,13 @@ def daily_command(rt: Runtime, day: date | None, first: date | None, last: date 
               help="Entities the naive one-transaction-per-entity poster is timed on (default 10,000; 200 on DuckDB).")
 @click.option("--batch-size", type=click.IntRange(min=1), default=None, help="Entities per transaction.")
 @click.option("--workers", type=click.IntRange(min=1), default=None, help="Transactions at a time (default: 2 on Postgres).")
+@click.option("--steady-cycles", type=click.IntRange(min=1), default=3, show_default=True,
+              help="Steady cycles timed, each with its own write floor; the fastest is the headline.")
 @click.option("--keep", is_flag=True, help="Keep the benchmark's schema (Postgres) instead of dropping it.")
 @with_runtime
 def bench_post_command(
-    rt: Runtime, entities: int, naive_sample: int | None, batch_size: int | None, workers: int | None, keep: bool
+    rt: Runtime, entities: int, naive_sample: int | None, batch_size: int | None, workers: int | None,
+    steady_cycles: int, keep: bool,
 ) -> None:
     """Time one posting cycle over N entities, set-based and naive, in a throw-away schema; print JSON."""
     from tally_pipeline.bench.post import bench_post
@@ -170,6 +173,7 @@ def bench_post_command(
         naive_sample=naive_sample,
         batch_size=batch_size or DEFAULT_BATCH_SIZE,
         workers=workers,
+        steady_cycles=steady_cycles,
         keep=keep,
     )
     print_report(figures)

@@ -130,10 +130,26 @@ def test_bench_post_prints_the_figures(store_url) -> None:
     # seconds and floor_s are printed to the millisecond: the ratio lies within what their rounding allows
     seconds, floor_s = figures["seconds"], figures["floor_s"]
     assert (seconds - 5e-4) / (floor_s + 5e-4) <= figures["ratio_to_floor"] <= (seconds + 5e-4) / max(floor_s - 5e-4, 1e-9)
+    # three steady cycles by default, each with its own floor; the headline is the fastest, against its own
+    cycles = figures["steady_cycles"]
+    assert len(cycles) == 3 and all(c["seconds"] > 0 and c["floor_s"] > 0 for c in cycles)
+    fastest = min(cycles, key=lambda c: c["seconds"])
+    assert seconds == fastest["seconds"] and floor_s == fastest["floor_s"]
+    assert figures["ratio_to_floor"] == fastest["ratio_to_floor"]
     if store_url.startswith("postgresql"):  # the benchmark's schema is gone
         store = open_store(store_url)
         assert store.query("SELECT count(*) FROM information_schema.schemata WHERE schema_name LIKE 'tally_bench_%'") == [(0,)]
         store.close()
+
+
+@pytest.mark.slow
+def test_bench_post_times_as_many_steady_cycles_as_asked(store_url) -> None:
+    result = run("bench", "post", "--database", store_url, "--entities", "9", "--naive-sample", "3", "--steady-cycles", "1")
+    assert result.exit_code == 0, result.output
+    figures = json.loads(result.output)
+    [only] = figures["steady_cycles"]
+    assert only["seconds"] == figures["seconds"] and figures["entities_with_delta"] == 9 and figures["verify_ok"] is True
+    assert run("bench", "post", "--database", store_url, "--steady-cycles", "0").exit_code == 2
 
 
 @pytest.mark.slow

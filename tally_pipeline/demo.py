@@ -22,6 +22,8 @@ import tempfile
 import time
 from collections import Counter
 from collections.abc import Callable, Iterator
+from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -312,15 +314,20 @@ def run_demo(s: DemoSettings, *, progress: Callable[[int, int], None] | None = N
     config = _config(directory, s, clouds)
     # The events-only baseline shares nothing with the main pipeline but the timeline: it runs in a
     # process of its own (spawned, so it inherits no open file or thread), on the machine's other core.
-    with multiprocessing.get_context("spawn").Pool(1) as pool:
-        baseline = pool.apply_async(baseline_of, (s, clouds, config, directory / "events-only.duckdb"))
+    # An executor, not a Pool: a process that dies (killed, or failing before it runs) breaks the
+    # executor, which raises, where a Pool would start another process and wait for a result forever.
+    with ProcessPoolExecutor(1, mp_context=multiprocessing.get_context("spawn")) as pool:
+        baseline = pool.submit(baseline_of, s, clouds, config, directory / "events-only.duckdb")
 
         def failed_beside() -> None:  # a baseline that failed stops the demo at the next tick, its error raised
-            if baseline.ready() and not baseline.successful():
-                baseline.get()
+            if baseline.done():
+                baseline.result()
 
-        mains = _run_main(run, clouds, config, progress, say, failed_beside)
-        plains = baseline.get()
+        try:
+            mains = _run_main(run, clouds, config, progress, say, failed_beside)
+            plains = baseline.result()
+        except BrokenProcessPool as exc:
+            raise RuntimeError(f"the events-only baseline's process died before it returned: {exc}") from exc
     samples = [replace(m, events_only=p.totals,
                        tenants=replace(m.tenants, events_only=p.by_entity) if m.tenants else None)
                for m, p in zip(mains, plains, strict=True)]

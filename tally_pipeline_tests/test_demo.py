@@ -148,3 +148,15 @@ def test_a_failing_baseline_process_fails_the_demo_with_its_error(tmp_path) -> N
 
     with pytest.raises(RuntimeError, match="the events-only store broke"):
         run_demo(DemoSettings(clouds=1, hours=1, directory=tmp_path), baseline_of=_broken_baseline)
+
+
+def _dying_baseline(*_: object) -> list:
+    os._exit(3)  # as if killed: no exception, no result, the process simply gone
+
+
+@pytest.mark.slow
+def test_a_baseline_process_that_dies_fails_the_demo_instead_of_hanging(tmp_path) -> None:
+    from tally_pipeline.demo import DemoSettings, run_demo
+
+    with pytest.raises(RuntimeError, match="the events-only baseline's process died before it returned"):
+        run_demo(DemoSettings(clouds=1, hours=1, directory=tmp_path), baseline_of=_dying_baseline)

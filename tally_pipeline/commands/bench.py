@@ -17,13 +17,16 @@ from tally_pipeline.runtime import Runtime
               help="uvicorn workers of the API under test (above 1: Postgres only).")
 @click.option("--preload", type=click.IntRange(min=0), default=0, show_default=True,
               help="First add this many generated events to the log (in SQL), to measure a grown log.")
+@click.option("--rounds", type=click.IntRange(min=1), default=3, show_default=True,
+              help="Times each phase runs (new events each time); each phase's fastest round is reported.")
 @with_runtime
-def bench_ingest(rt: Runtime, n_events: int, clients: int, seed: int, server_workers: int, preload: int) -> None:
+def bench_ingest(rt: Runtime, n_events: int, clients: int, seed: int, server_workers: int, preload: int,
+                 rounds: int) -> None:
     """Ingest core and HTTP throughput against a raw bulk load (COPY) into the same events table."""
     from tally_pipeline.bench import ingest
 
     print_report(ingest.run(rt, events=n_events, clients=clients, seed=seed, server_workers=server_workers,
-                            preload=preload))
+                            preload=preload, rounds=rounds))
 
 
 

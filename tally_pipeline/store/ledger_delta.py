@@ -142,8 +142,7 @@ def post_deltas(
     """
     if exact:  # the key range alone, bounded exactly by a row comparison the planner estimates sanely
         checkpoints = Fragment("usage_checkpoints c")
-        bound = Fragment(" AND (c.cloud, c.project_id, c.meter) >= (%s, %s, %s) AND (c.cloud, c.project_id, c.meter)"
-                         " <= (%s, %s, %s)", (*keys[0], *keys[-1]))
+        bound = exact_bound(keys)
     else:  # the batch's keys sent: joined with a row set of unknown size, a nested loop over the batch
         checkpoints = compose(
             sql.rows(uow, stack, "k", [("cloud", "text"), ("project_id", "text"), ("meter", "text")],
@@ -228,6 +227,17 @@ def post_deltas(
         else:
             out.bad.append(((cloud, project_id, meter), int(n), str(text)))
     return out
+
+
+def exact_bound(keys: Sequence[EntityKey]) -> Fragment:
+    """`` AND`` checkpoint ``c`` lies in the batch's key range, as a row comparison the planner estimates sanely.
+
+    ``IS TRUE`` keeps the comparison a filter: as an index condition beside the range's own bounds
+    (``batch_range``) it does not stop the btree's scan, which then reads every later key of the
+    cloud (measured: 663 index pages for a 5,000-key range near the start, against 37), for the same estimate.
+    """
+    return Fragment(" AND ((c.cloud, c.project_id, c.meter) >= (%s, %s, %s) AND (c.cloud, c.project_id, c.meter)"
+                    " <= (%s, %s, %s)) IS TRUE", (*keys[0], *keys[-1]))
 
 
 def _late_lookup(sql: UsageSQL, late: Sequence[LateRow]) -> Fragment:

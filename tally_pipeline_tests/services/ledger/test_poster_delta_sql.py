@@ -30,9 +30,10 @@ from tally_pipeline.core.ledger import (
     plan_delta,
 )
 from tally_pipeline.core.usage import to_micro
-from tally_pipeline.store import ledger_checkpoints
+from tally_pipeline.store import ledger_checkpoints, ledger_delta
 from tally_pipeline.store.ledger_delta import LateRow, lock_and_survey, post_deltas
 from tally_pipeline.store.usage_reads import batch_totals
+from tally_pipeline.store.usage_sql import compose
 from tally_pipeline_tests.ledger_data import HOUR, T0, vm
 
 WINDOW_DAYS = 2
@@ -270,3 +271,28 @@ def test_a_cycle_posts_the_same_ledger_either_way(pg_url, registry) -> None:
         assert results[True][0][0]["excluded"], "the unusable volume was not reported"
     finally:
         store.close()
+
+
+def test_the_batch_bound_leaves_the_index_scan_to_the_range(pg_store) -> None:
+    """The exact bound filters the batch's range; it is no index condition, so the btree's scan stops
+    at the range's end instead of reading every later checkpoint of the cloud."""
+    pg_store.run(lambda uow: uow.execute(
+        "INSERT INTO usage_checkpoints (cloud, project_id, meter) SELECT 'c1', 'p' || lpad(g::text, 6, '0'), m"
+        " FROM generate_series(0, 9999) g, (VALUES ('instance.hours'), ('instance.vcpu_hours')) v(m)"))
+    pg_store.run(lambda uow: uow.execute("ANALYZE usage_checkpoints"))
+    keys = [EntityKey("c1", f"p{n:06d}", m) for n in range(100, 600) for m in ("instance.hours", "instance.vcpu_hours")]
+    sql = pg_store.usage_sql()
+    where = compose(ledger_delta.exact_bound(keys), ledger_checkpoints.batch_range(sql, keys, exact=False))
+    [(plan,)] = pg_store.query(f"EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) SELECT count(*) FROM usage_checkpoints c"
+                               f" WHERE TRUE {where.sql}", where.params)
+    plan = plan if isinstance(plan, list) else json.loads(plan)
+    nodes, scans = [plan[0]["Plan"]], []
+    while nodes:
+        node = nodes.pop()
+        nodes += node.get("Plans", [])
+        if "Index Cond" in node:
+            scans.append(node)
+    assert scans and all("ROW(" not in scan["Index Cond"] for scan in scans)
+    assert sum(scan["Actual Rows"] for scan in scans) == len(keys)
+    # 1,000 of 20,000 keys, near the start: a few leaf pages, not the rest of the index (about 100)
+    assert max(scan["Shared Hit Blocks"] + scan.get("Shared Read Blocks", 0) for scan in scans) < 30

@@ -133,9 +133,9 @@ def test_bench_post_prints_the_figures(store_url) -> None:
     # three steady cycles by default, each with its own floor; the headline is the fastest, against its own
     cycles = figures["steady_cycles"]
     assert len(cycles) == 3 and all(c["seconds"] > 0 and c["floor_s"] > 0 for c in cycles)
-    fastest = min(cycles, key=lambda c: c["seconds"])
-    assert seconds == fastest["seconds"] and floor_s == fastest["floor_s"]
-    assert figures["ratio_to_floor"] == fastest["ratio_to_floor"]
+    # (printed to the millisecond, two cycles can tie: the headline is one of the fastest, with its own floor)
+    assert seconds == min(c["seconds"] for c in cycles)
+    assert {"seconds": seconds, "floor_s": floor_s, "ratio_to_floor": figures["ratio_to_floor"]} in cycles
     if store_url.startswith("postgresql"):  # the benchmark's schema is gone
         store = open_store(store_url)
         assert store.query("SELECT count(*) FROM information_schema.schemata WHERE schema_name LIKE 'tally_bench_%'") == [(0,)]

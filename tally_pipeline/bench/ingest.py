@@ -169,14 +169,14 @@ def run(rt: Runtime, *, events: int, clients: int = 2, seed: int = 1, server_wor
 
     timed: list[dict[str, float]] = []
     for number in range(rounds):
-        phase = 3 * number
-        copy_records = _records(rt, inputs(phase))
+        first = 3 * number  # this round's three inputs: phases first, first + 1 and first + 2
+        copy_records = _records(rt, inputs(first))
         copy_s = _copy(rt, copy_records)
         del copy_records
         gc.unfreeze()
-        core_s = _core(rt, inputs(phase + 1))
+        core_s = _core(rt, inputs(first + 1))
         gc.unfreeze()
-        http_items = inputs(phase + 2)
+        http_items = inputs(first + 2)
         with api_process(rt.config.database, workers=server_workers) as url:
             http_s = _http(url, http_items, clients)
         del http_items
@@ -184,7 +184,7 @@ def run(rt: Runtime, *, events: int, clients: int = 2, seed: int = 1, server_wor
         timed.append({"copy_s": copy_s, "core_s": core_s, "http_s": http_s})
         print(f"round {number + 1} of {rounds}: copy {copy_s:.2f} s, core {core_s:.2f} s, http {http_s:.2f} s",
               file=sys.stderr, flush=True)
-    copy_s, core_s, http_s = (min(r[phase] for r in timed) for phase in ("copy_s", "core_s", "http_s"))
+    copy_s, core_s, http_s = (min(r[key] for r in timed) for key in ("copy_s", "core_s", "http_s"))
     copy_rate, core_rate, http_rate = events / copy_s, events / core_s, events / http_s
     return {
         "benchmark": "ingest",
@@ -196,7 +196,7 @@ def run(rt: Runtime, *, events: int, clients: int = 2, seed: int = 1, server_wor
         "http_clients": clients,
         "server_workers": server_workers,
         "batch_size": 1000,
-        "rounds": [{phase: round(seconds, 3) for phase, seconds in r.items()} for r in timed],
+        "rounds": [{key: round(seconds, 3) for key, seconds in r.items()} for r in timed],
         "core_s": round(core_s, 3),
         "http_s": round(http_s, 3),
         "copy_s": round(copy_s, 3),

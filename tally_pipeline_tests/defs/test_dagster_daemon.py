@@ -20,7 +20,11 @@ from tally_pipeline.runtime import Runtime
 from tally_pipeline.services.ingest import Ingestor
 
 ROOT = Path(__file__).resolve().parents[2]
-AUTOMATION_RUN_DONE = re.compile(r"__ASSET_JOB - ([0-9a-f-]{36}) - .*RUN_SUCCESS")
+AUTOMATION_RUN_DONE = re.compile(r"__ASSET_JOB - ([0-9a-f-]{36}) - .*RUN_(SUCCESS|FAILURE)")
+# What a failure message quotes from the whole log besides its tail: each tick's decisions and each run's fate,
+# so a run that never came says which part stopped (the sensor recording, automation requesting, the queue).
+STORY = re.compile(r"Tick produced|Submitted run|api_writes_sensor|RUN_(START|SUCCESS|FAILURE|DEQUEUED|ENQUEUED)"
+                   r"|ERROR|Traceback|pool")
 
 
 class Output:
@@ -41,13 +45,24 @@ class Output:
             try:
                 line = self._queue.get(timeout=max(0.0, deadline - time.monotonic()))
             except queue.Empty:
-                pytest.fail(f"no line matching {pattern.pattern} in time: " + "".join(self.lines)[-3000:])
+                pytest.fail(f"no line matching {pattern.pattern} in time\n{self.story()}")
             if line is None:
-                pytest.fail("daemon exited: " + "".join(self.lines)[-3000:])
+                pytest.fail(f"daemon exited\n{self.story()}")
             self.lines.append(line)
             match = pattern.search(line)
             if match:
                 return match
+
+    def story(self) -> str:
+        told = [line for line in self.lines if STORY.search(line)]
+        return "".join(["the daemon's decisions:\n", *told[-60:], "its last lines:\n", "".join(self.lines)[-2000:]])
+
+    def run_done(self, deadline: float) -> str:
+        """The id of the next automation run to finish; a failed one fails the test with its story."""
+        match = self.wait_for(AUTOMATION_RUN_DONE, deadline)
+        if match.group(2) != "SUCCESS":
+            pytest.fail(f"automation run {match.group(1)} failed\n{self.story()}")
+        return match.group(1)
 
 
 def event(eid: str, rid: str) -> dict:
@@ -79,11 +94,11 @@ def test_the_daemon_refreshes_the_projections_after_an_api_write(tmp_path, pg_ur
     output = Output(proc)
     try:
         # Nobody switches automation on: the daemon's own ticks fill in the never-materialized projections.
-        first = output.wait_for(AUTOMATION_RUN_DONE, time.monotonic() + 300)
+        first = output.run_done(time.monotonic() + 300)
         # The API stores an event (the same ingest core); api_writes records it, automation refolds.
         Ingestor(rt.store, rt.registry).ingest([event("d1", "v-daemon")], origin="api")
         written = time.monotonic()
-        second = output.wait_for(AUTOMATION_RUN_DONE, written + 300)
+        second = output.run_done(written + 300)
         elapsed = time.monotonic() - written
     finally:
         os.killpg(proc.pid, signal.SIGTERM)
@@ -92,13 +107,13 @@ def test_the_daemon_refreshes_the_projections_after_an_api_write(tmp_path, pg_ur
         except subprocess.TimeoutExpired:
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
-    assert first.group(1) != second.group(1)
+    assert first != second
     print(f"API write to refreshed projection: {elapsed:.0f} s")
     assert rt.store.query("SELECT status FROM current_resources WHERE resource_id = 'v-daemon'") == [("live",)]
     with dg.DagsterInstance.from_config(str(home)) as instance:
-        run = instance.get_run_by_id(second.group(1))
+        run = instance.get_run_by_id(second)
         assert run is not None and {k.to_user_string() for k in run.asset_selection} >= {"current_resources",
                                                                                          "resource_intervals"}
         latest = instance.get_latest_materialization_event(dg.AssetKey("current_resources"))
-        assert latest.run_id == second.group(1) and latest.asset_materialization.metadata["live"].value == 1
+        assert latest.run_id == second and latest.asset_materialization.metadata["live"].value == 1
     rt.close()

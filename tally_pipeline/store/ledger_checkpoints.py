@@ -93,12 +93,19 @@ def entity_keys(store: Store) -> list[tuple[str, str, str]]:
 
 # -- the poster's statements ---------------------------------------------------------------------
 
-_LISTING = "SELECT cloud, project_id, meter, clamp FROM usage_checkpoints ORDER BY cloud, project_id, meter"
+# A steady cycle lists every checkpoint and needs the clamp of almost none: one before the cycle's
+# clamp (or none yet) posts whatever its value. Sending only the others' clamps spares turning 100,000
+# timestamps into datetimes (measured: 66-71 ms against 117-137 ms for the listing of 100,000).
+_LISTING = (
+    "SELECT cloud, project_id, meter, CASE WHEN clamp >= %s THEN clamp END FROM usage_checkpoints"
+    " ORDER BY cloud, project_id, meter"
+)
 
 
-def listing(store: Store) -> list[tuple[str, str, str, datetime | None]]:
-    """Every checkpoint's key and clamp (None: never posted), in key order."""
-    return store.query(_LISTING)
+def listing(store: Store, clamp: datetime) -> list[tuple[str, str, str, datetime | None]]:
+    """Every checkpoint's key, in key order, and its clamp where that is at or past ``clamp`` (None
+    where it is before ``clamp`` or the entity was never posted: both post at this clamp)."""
+    return store.query(_LISTING, (clamp,))
 
 
 def open_checkpoints(uow: UnitOfWork, sql: UsageSQL, keys: Sequence[EntityKey]) -> None:

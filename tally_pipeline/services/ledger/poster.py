@@ -240,12 +240,12 @@ def post_usage(
         wanted = set(entities)  # EntityKeys: a listed row's key tuple finds its equal
         listing = [row for row in listing if row[:3] in wanted]
     result.entities = len(listing)
-    known, clamp_now = cycle.by_name, window.clamp
+    known = cycle.by_name
     todo: list[EntityKey] = []
     for cloud, project_id, meter, clamp in listing:  # in key order, as listed
         # needs_posting's common case written out (a registered meter, a checkpoint before the
-        # clamp): the steady cycle's every entity takes this branch, without a call
-        if meter in known and (clamp is None or clamp < clamp_now):
+        # clamp, which the listing gives as None): the steady cycle's every entity takes this branch
+        if meter in known and clamp is None:
             todo.append(EntityKey(cloud, project_id, meter))
             continue
         key = EntityKey(cloud, project_id, meter)
@@ -332,7 +332,8 @@ def _prepare(
 
 
 def _entities(store: Store, cycle: _Cycle) -> list[tuple[str, str, str, datetime | None]]:
-    """Every entity with its checkpoint's clamp, in key order; new entities get a checkpoint first.
+    """Every entity in key order, with its clamp where that is at or past the cycle's (``listing``); new
+    entities get a checkpoint first.
 
     Listed after the opening, never before: an entity another poster opened between a listing and
     the search for unopened ones would be in neither (that poster's checkpoints are not unopened).
@@ -342,7 +343,7 @@ def _entities(store: Store, cycle: _Cycle) -> list[tuple[str, str, str, datetime
     if missing:
         keys = [EntityKey(*key) for key in missing]
         store.run(lambda uow: ledger_checkpoints.open_checkpoints(uow, cycle.sql, keys))
-    listing = ledger_checkpoints.listing(store)
+    listing = ledger_checkpoints.listing(store, cycle.window.clamp)
     if len(missing) >= max(1000, (len(listing) - len(missing)) // 10):
         # the batches plan their joins on the table's statistics; a table that just grew a lot
         # (the first cycle of all) has none worth the name, and Postgres would pick nested loops

@@ -18,7 +18,8 @@ from tally_pipeline.runtime import Runtime
 @click.option("--preload", type=click.IntRange(min=0), default=0, show_default=True,
               help="First add this many generated events to the log (in SQL), to measure a grown log.")
 @click.option("--rounds", type=click.IntRange(min=1), default=3, show_default=True,
-              help="Times each phase runs (new events each time); each phase's fastest round is reported.")
+              help="Times each phase runs (new events each time), each round starting one phase later; a "
+                   "multiple of 3 gives every phase each place once. Rates are over all rounds.")
 @with_runtime
 def bench_ingest(rt: Runtime, n_events: int, clients: int, seed: int, server_workers: int, preload: int,
                  rounds: int) -> None:

@@ -31,7 +31,7 @@ def serve(rt: Runtime, host: str | None, port: int | None, tokens_file: Path | N
     import uvicorn
 
     from tally_pipeline.api.metrics import MULTIPROC_ENV
-    from tally_pipeline.api.server import ENV_CONFIG, ENV_DATABASE, ENV_TOKENS, uvicorn_options
+    from tally_pipeline.api.server import ENV_CONFIG, ENV_DATABASE, ENV_TOKENS, settle_heap, uvicorn_options
     from tally_pipeline.redaction import redact
 
     host = host or rt.config.api.host
@@ -45,6 +45,7 @@ def serve(rt: Runtime, host: str | None, port: int | None, tokens_file: Path | N
     click.echo(f"tally API on http://{host}:{port} ({rt.store.dialect}: {redact(rt.store.url)})", err=True)
     options = uvicorn_options(rt.config.api, log_level)
     if workers == 1:
+        settle_heap()
         uvicorn.run(app, host=host, port=port, **options)
         return
     if rt.store.dialect != "postgres":

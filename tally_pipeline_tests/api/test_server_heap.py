@@ -1,0 +1,43 @@
+"""``settle_heap``: what ``tally serve`` does to the garbage collector before it serves (in a process of
+its own, so the test process keeps its collector as it was)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+_PROBE = """
+import gc, json, weakref
+from tally_pipeline.api.server import settle_heap
+
+before = gc.get_threshold()
+settle_heap()
+after = gc.get_threshold()
+frozen = gc.get_freeze_count()
+
+class Node:
+    pass
+
+# A garbage cycle made after settling, then only ordinary allocations: the collector must find it on its
+# own (no gc.collect()), at its new threshold.
+cycle = Node()
+cycle.me = cycle
+collected = []
+weakref.finalize(cycle, collected.append, True)
+del cycle
+keep = [[] for _ in range(3 * after[0])]
+print(json.dumps({"before": before, "after": after, "frozen": frozen, "collected": bool(collected),
+                  "enabled": gc.isenabled()}))
+"""
+
+
+def test_settle_heap_freezes_the_startup_heap_and_collects_less_often_but_still_collects() -> None:
+    done = subprocess.run([sys.executable, "-c", _PROBE], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    report = json.loads(done.stdout)
+    assert report["after"] == [10_000, *report["before"][1:]]
+    assert report["before"][0] < 10_000
+    assert report["frozen"] > 1000  # the modules and the objects made at startup
+    assert report["enabled"]
+    assert report["collected"]  # a cycle made later is still collected, without asking

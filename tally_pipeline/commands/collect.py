@@ -181,7 +181,9 @@ def collect_openstack(config_path: str | None, log_level: str, **given: Any) -> 
     for signum in (signal.SIGTERM, signal.SIGINT):
         signal.signal(signum, lambda *_: stop.set())
     from tally_pipeline.collector.errors import BufferUnusable
+    from tally_pipeline.heap import settle_heap
 
+    settle_heap()
     try:
         status = run(service, stop)
     except (OSError, ValueError, BufferUnusable) as exc:

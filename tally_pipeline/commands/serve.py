@@ -31,7 +31,8 @@ def serve(rt: Runtime, host: str | None, port: int | None, tokens_file: Path | N
     import uvicorn
 
     from tally_pipeline.api.metrics import MULTIPROC_ENV
-    from tally_pipeline.api.server import ENV_CONFIG, ENV_DATABASE, ENV_TOKENS, settle_heap, uvicorn_options
+    from tally_pipeline.api.server import ENV_CONFIG, ENV_DATABASE, ENV_TOKENS, uvicorn_options
+    from tally_pipeline.heap import settle_heap
     from tally_pipeline.redaction import redact
 
     host = host or rt.config.api.host

@@ -1,5 +1,5 @@
-"""``settle_heap``: what ``tally serve`` does to the garbage collector before it serves (in a process of
-its own, so the test process keeps its collector as it was)."""
+"""``settle_heap``: what ``tally serve`` and ``tally collect`` do to the garbage collector before they
+start (in a process of its own, so the test process keeps its collector as it was)."""
 
 from __future__ import annotations
 
@@ -7,9 +7,11 @@ import json
 import subprocess
 import sys
 
+from tally_pipeline.heap import YOUNG_THRESHOLD
+
 _PROBE = """
 import gc, json, weakref
-from tally_pipeline.api.server import settle_heap
+from tally_pipeline.heap import settle_heap
 
 before = gc.get_threshold()
 settle_heap()
@@ -36,8 +38,8 @@ def test_settle_heap_freezes_the_startup_heap_and_collects_less_often_but_still_
     done = subprocess.run([sys.executable, "-c", _PROBE], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     report = json.loads(done.stdout)
-    assert report["after"] == [10_000, *report["before"][1:]]
-    assert report["before"][0] < 10_000
+    assert report["after"] == [YOUNG_THRESHOLD, *report["before"][1:]]
+    assert report["before"][0] < YOUNG_THRESHOLD
     assert report["frozen"] > 1000  # the modules and the objects made at startup
     assert report["enabled"]
     assert report["collected"]  # a cycle made later is still collected, without asking

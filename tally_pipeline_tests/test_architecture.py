@@ -162,7 +162,7 @@ def test_each_backend_is_a_package_of_the_same_parts() -> None:
 #: ``redaction`` and ``config`` are root modules every layer may need; the entry points and the
 #: Dagster wiring share the top layer (their imports among themselves are held acyclic above).
 LAYERS: tuple[frozenset[str], ...] = (
-    frozenset({"core", "redaction"}),
+    frozenset({"core", "redaction", "heap"}),
     frozenset({"store", "schemas", "config"}),
     frozenset({"providers", "fakes", "collector"}),
     frozenset({"services"}),
@@ -221,7 +221,8 @@ def test_cross_domain_check_sees_one() -> None:
 
 def test_the_root_keeps_only_entry_points_and_wiring() -> None:
     root = sorted(p.stem for p in PACKAGE.glob("*.py"))
-    assert root == ["__init__", "__main__", "cli", "config", "definitions", "demo", "demo_report",
+    # besides them, two process-wide settings every entry point shares: what logs redact, and the heap
+    assert root == ["__init__", "__main__", "cli", "config", "definitions", "demo", "demo_report", "heap",
                     "redaction", "runtime"]
 
 

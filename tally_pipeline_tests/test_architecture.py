@@ -159,7 +159,7 @@ def test_each_backend_is_a_package_of_the_same_parts() -> None:
 
 
 #: The layers, lowest first: a module may import its own layer and the layers below it, never above.
-#: ``redaction`` and ``config`` are root modules every layer may need; the entry points and the
+#: ``redaction``, ``heap`` and ``config`` are root modules every layer may need; the entry points and the
 #: Dagster wiring share the top layer (their imports among themselves are held acyclic above).
 LAYERS: tuple[frozenset[str], ...] = (
     frozenset({"core", "redaction", "heap"}),

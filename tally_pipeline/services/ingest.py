@@ -429,10 +429,15 @@ class Ingestor:
             else:
                 inserted = uow.insert_events([record for _, record in batch.accepted], received_at)
             accepted, repeats = batch.accepted, batch.repeats
+            if len(inserted) == len(accepted):  # every key was new (the usual batch): none to look for
+                stored, held = [r for _, r in accepted], []
+            else:
+                stored = [r for _, r in accepted if (r.cloud, r.event_id) in inserted]
+                held = sorted(k for _, r in accepted if (k := (r.cloud, r.event_id)) not in inserted)
             # The winner of a key (first write wins) is the stored row when the key was held already,
             # else the record just inserted; only the held ones need asking for, and the inserted
             # ones matter only to their repeats.
-            winners = uow.content_hashes(sorted(k for _, r in accepted if (k := (r.cloud, r.event_id)) not in inserted))
+            winners = uow.content_hashes(held)
             if repeats:
                 winners.update({k: r.content_hash for _, r in accepted if (k := (r.cloud, r.event_id)) in inserted})
             conflicts = [
@@ -454,11 +459,9 @@ class Ingestor:
                 dead = [row for row in dead if keep(row)]
             uow.insert_rejections(dead, received_at)
             dead_bytes[0] = sum(_utf8_len(row.raw or "") + _utf8_len(row.message) for row in dead)
-            activity = Counter((r.cloud, r.source) for _, r in accepted if (r.cloud, r.event_id) in inserted)
             with uow.pipelined():
-                uow.note_activity(dict(activity), received_at)
-                type_activity.note(uow, Counter((r.cloud, r.resource_type) for _, r in accepted
-                                                if r.source == "collector" and (r.cloud, r.event_id) in inserted),
+                uow.note_activity(dict(Counter((r.cloud, r.source) for r in stored)), received_at)
+                type_activity.note(uow, Counter((r.cloud, r.resource_type) for r in stored if r.source == "collector"),
                                    received_at)
             return inserted, winners
 
@@ -466,6 +469,12 @@ class Ingestor:
 
         results = batch.results
         outcome = BatchOutcome(results=[], rejected=len(batch.rejections), dead_letter_bytes=dead_bytes[0])
+        if not batch.repeats and len(inserted) == len(batch.accepted):  # each valid item stored: no key to weigh
+            for index, record in batch.accepted:
+                results[index] = ItemOutcome(index, record.event_id, "stored", record.cloud)
+            outcome.stored = len(batch.accepted)
+            outcome.results = results  # type: ignore[assignment]  # every slot is filled by now
+            return outcome
         for index, record in (*batch.accepted, *batch.repeats):
             key = (record.cloud, record.event_id)
             if index == batch.first_seen[key] and key in inserted:

@@ -242,7 +242,7 @@ class PostgresUnitOfWork(UnitOfWork):
         else:
             held = set()
             self._open_copy()
-        fresh = (r for r in records if (r.cloud, r.event_id) not in held)
+        fresh = (r for r in records if (r.cloud, r.event_id) not in held) if held else iter(records)
         first = next(fresh, None)
         if first is None:
             return set()

@@ -473,17 +473,17 @@ class Ingestor:
             for index, record in batch.accepted:
                 results[index] = ItemOutcome(index, record.event_id, "stored", record.cloud)
             outcome.stored = len(batch.accepted)
-            outcome.results = results  # type: ignore[assignment]  # every slot is filled by now
-            return outcome
-        for index, record in (*batch.accepted, *batch.repeats):
-            key = (record.cloud, record.event_id)
-            if index == batch.first_seen[key] and key in inserted:
-                results[index] = ItemOutcome(index, record.event_id, "stored", record.cloud)
-                outcome.stored += 1
-            else:
-                conflict = winners.get(key, record.content_hash) != record.content_hash
-                results[index] = ItemOutcome(index, record.event_id, "duplicate", record.cloud, conflict=conflict)
-                outcome.duplicates += 1
+        else:
+            for index, record in (*batch.accepted, *batch.repeats):
+                key = (record.cloud, record.event_id)
+                if index == batch.first_seen[key] and key in inserted:
+                    results[index] = ItemOutcome(index, record.event_id, "stored", record.cloud)
+                    outcome.stored += 1
+                else:
+                    conflict = winners.get(key, record.content_hash) != record.content_hash
+                    results[index] = ItemOutcome(index, record.event_id, "duplicate", record.cloud,
+                                                 conflict=conflict)
+                    outcome.duplicates += 1
         outcome.results = results  # type: ignore[assignment]  # every slot is filled by now
         return outcome
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import abc
 import random
 import time
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Generator, Iterable, Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import dataclass
 from datetime import datetime
@@ -236,6 +236,14 @@ class Store(abc.ABC):
     @abc.abstractmethod
     def query(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
         """Run a read-only parameterised query (``%s`` placeholders) and return all rows."""
+
+    def query_chunks(self, sql: str, params: Sequence[Any] = (), size: int = 1000) -> Generator[list[tuple[Any, ...]], None, None]:
+        """``query``'s rows, ``size`` at a time. A store whose reads can stream hands out the first
+        chunk before the query has run to its end (Postgres: a server-side cursor); close the iterator
+        (or read it to its end) to give back what it holds."""
+        rows = self.query(sql, params)
+        for start in range(0, len(rows), size):
+            yield rows[start : start + size]
 
     def ping(self) -> None:
         self.query("SELECT 1")

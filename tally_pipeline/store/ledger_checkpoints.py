@@ -7,7 +7,7 @@ a run of the listing in key order, so its statements address it as a key range.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Generator, Sequence
 from contextlib import ExitStack
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -102,10 +102,16 @@ _LISTING = (
 )
 
 
-def listing(store: Store, clamp: datetime) -> list[tuple[str, str, str, datetime | None]]:
+def listing(store: Store, clamp: datetime, size: int) -> Generator[list[tuple[str, str, str, datetime | None]], None, None]:
     """Every checkpoint's key, in key order, and its clamp where that is at or past ``clamp`` (None
-    where it is before ``clamp`` or the entity was never posted: both post at this clamp)."""
-    return store.query(_LISTING, (clamp,))
+    where it is before ``clamp`` or the entity was never posted: both post at this clamp); ``size``
+    rows at a time, the first before the rest are read (``Store.query_chunks``)."""
+    return store.query_chunks(_LISTING, (clamp,), size)
+
+
+def count(store: Store) -> int:
+    """How many checkpoints there are."""
+    return int(store.query("SELECT count(*) FROM usage_checkpoints")[0][0])
 
 
 def open_checkpoints(uow: UnitOfWork, sql: UsageSQL, keys: Sequence[EntityKey]) -> None:

@@ -6,7 +6,7 @@ A cycle (``post_usage``):
    others post);
 2. opens a checkpoint row for every entity that has usage but none yet (its own short
    transaction, ``ON CONFLICT DO NOTHING`` in key order, so racing posters never deadlock);
-3. walks the entities in key order, in batches (``workers`` at a time on Postgres); each batch
+3. walks the entities in key order as they are listed, in batches (``workers`` at a time on Postgres); each batch
    is one transaction of a few statements whatever its size: pin the projection's watermark
    (``store.ledger_late``), lock the batch's checkpoints (``FOR UPDATE`` in key order on
    Postgres), sum the batch's usage, insert the postings, advance the checkpoints. The split of
@@ -29,9 +29,9 @@ the store retries the whole batch or raises.
 from __future__ import annotations
 
 import uuid
-from collections.abc import Callable, Collection, Sequence
-from concurrent.futures import ThreadPoolExecutor
-from contextlib import ExitStack
+from collections.abc import Callable, Collection, Iterable, Iterator, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
+from contextlib import ExitStack, closing
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from decimal import Decimal
@@ -71,8 +71,8 @@ DEFAULT_WORKERS = 2
 #: refused transaction) into these and retries the transient ones itself before raising.
 CONCURRENCY_ERRORS: tuple[type[BaseException], ...] = (StoreError,)
 
-#: ``on_stage(stage, info)`` is called at: ``cycle_start``, ``listed`` (entities listed, checkpoints
-#: opened, nothing locked), ``batch_locked`` (checkpoints locked),
+#: ``on_stage(stage, info)`` is called at: ``cycle_start``, ``listed`` (checkpoints opened, the first
+#: chunk of the listing read, nothing locked; ``entities``: that chunk's), ``batch_locked`` (checkpoints locked),
 #: ``batch_posted`` (postings inserted, transaction open; on the Python path the checkpoints are not
 #: yet advanced, on Postgres's SQL path one statement did both),
 #: ``batch_committed``. Tests use it to line processes up and to kill one mid-batch.
@@ -234,37 +234,15 @@ def post_usage(
     result = CycleResult(cycle.cycle_id, window.now, window.clamp, window.window_start)
     cycle.on_stage("cycle_start", {"cycle_id": cycle.cycle_id})
 
-    listing = _entities(store, cycle)
-    cycle.on_stage("listed", {"entities": len(listing)})
-    if entities is not None:
-        wanted = set(entities)  # EntityKeys: a listed row's key tuple finds its equal
-        listing = [row for row in listing if row[:3] in wanted]
-    result.entities = len(listing)
-    known = cycle.by_name
-    todo: list[EntityKey] = []
-    for cloud, project_id, meter, clamp in listing:  # in key order, as listed
-        # needs_posting's common case written out (a registered meter, a checkpoint before the
-        # clamp, which the listing gives as None): the steady cycle's every entity takes this branch
-        if meter in known and clamp is None:
-            todo.append(EntityKey(cloud, project_id, meter))
-            continue
-        key = EntityKey(cloud, project_id, meter)
-        if meter not in known:
-            result.skipped.append(SkippedEntity.of(key, f"unknown_meter: {meter} is not registered"))
-            continue
-        try:
-            if needs_posting(clamp, window, key):
-                todo.append(key)
-            else:
-                result.already_posted += 1
-        except NonMonotonicCheckpoint as exc:
-            result.skipped.append(SkippedEntity.of(key, f"non_monotonic: {exc}"))
-
-    batches = [todo[start : start + batch_size] for start in range(0, len(todo), batch_size)]
     if workers is None:
         workers = DEFAULT_WORKERS if store.parallel_writes else 1
-    for outcome in _post_batches(store, cycle, batches, workers):
-        result.merge(outcome)
+    _open_unopened(store, cycle)
+    # The batches start while the rest of the entities are still being listed: a batch is a run of
+    # the listing, so the first can go as soon as its keys are in.
+    with closing(ledger_checkpoints.listing(store, window.clamp, batch_size)) as chunks:
+        batches = _batches(chunks, cycle, result, None if entities is None else set(entities), batch_size)
+        for outcome in _post_batches(store, cycle, batches, workers):
+            result.merge(outcome)
     unknown: dict[str, int] = {}
     for _, rtype, n in resource_reads.unknown_status_intervals(store):
         unknown[rtype] = unknown.get(rtype, 0) + n
@@ -286,18 +264,20 @@ def _record(store: Store, result: CycleResult) -> None:
     store.run(lambda uow: ledger_records.record_cycle(uow, cycle, rows))
 
 
-def _post_batches(store: Store, cycle: _Cycle, batches: list[list[EntityKey]], workers: int) -> list[BatchOutcome]:
-    """Post the batches, ``workers`` at a time; outcomes in batch order.
+def _post_batches(store: Store, cycle: _Cycle, batches: Iterable[list[EntityKey]], workers: int) -> list[BatchOutcome]:
+    """Post the batches, ``workers`` at a time, each as soon as it is handed over; outcomes in batch order.
 
     Batches are disjoint runs of keys, so parallel ones never wait for each other's locks. On an
     error no further batch starts; those running finish (each is its own transaction).
     """
-    if workers <= 1 or len(batches) <= 1:
+    if workers <= 1:
         return [o for number, keys in enumerate(batches) for o in _run_isolating(store, cycle, keys, number)]
     outcomes: list[BatchOutcome] = []
     with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="tally-post") as pool:
-        futures = [pool.submit(_run_isolating, store, cycle, keys, number) for number, keys in enumerate(batches)]
+        futures: list[Future[list[BatchOutcome]]] = []
         try:
+            for number, keys in enumerate(batches):
+                futures.append(pool.submit(_run_isolating, store, cycle, keys, number))
             for future in futures:
                 outcomes += future.result()
         except BaseException:
@@ -331,24 +311,68 @@ def _prepare(
     )
 
 
-def _entities(store: Store, cycle: _Cycle) -> list[tuple[str, str, str, datetime | None]]:
-    """Every entity in key order, with its clamp where that is at or past the cycle's (``listing``); new
-    entities get a checkpoint first.
+def _open_unopened(store: Store, cycle: _Cycle) -> None:
+    """Give a checkpoint to every entity with usage and none yet, before the listing.
 
-    Listed after the opening, never before: an entity another poster opened between a listing and
+    Opened before the listing, never after: an entity another poster opened between a listing and
     the search for unopened ones would be in neither (that poster's checkpoints are not unopened).
     """
     # found in the database: in a steady cycle there are none, and nothing per entity comes back
     missing = sorted(unopened_entities(store, cycle.meters, cycle.window.clamp))
-    if missing:
-        keys = [EntityKey(*key) for key in missing]
-        store.run(lambda uow: ledger_checkpoints.open_checkpoints(uow, cycle.sql, keys))
-    listing = ledger_checkpoints.listing(store, cycle.window.clamp)
-    if len(missing) >= max(1000, (len(listing) - len(missing)) // 10):
+    if not missing:
+        return
+    keys = [EntityKey(*key) for key in missing]
+    store.run(lambda uow: ledger_checkpoints.open_checkpoints(uow, cycle.sql, keys))
+    if len(missing) >= max(1000, (ledger_checkpoints.count(store) - len(missing)) // 10):
         # the batches plan their joins on the table's statistics; a table that just grew a lot
         # (the first cycle of all) has none worth the name, and Postgres would pick nested loops
         store.run(cycle.sql.refresh_statistics)
-    return listing
+
+
+def _batches(
+    chunks: Iterator[list[tuple[str, str, str, datetime | None]]],
+    cycle: _Cycle,
+    result: CycleResult,
+    wanted: set[EntityKey] | None,
+    batch_size: int,
+) -> Iterator[list[EntityKey]]:
+    """The entities to post, ``batch_size`` at a time in key order, from the listing's chunks (each a
+    run of it in key order); counts the entities in ``result`` and records those it skips."""
+    known = cycle.by_name
+    window = cycle.window
+    todo: list[EntityKey] = []
+    listed = False
+    for chunk in chunks:
+        if not listed:
+            cycle.on_stage("listed", {"entities": len(chunk)})
+            listed = True
+        if wanted is not None:  # EntityKeys: a listed row's key tuple finds its equal
+            chunk = [row for row in chunk if row[:3] in wanted]
+        result.entities += len(chunk)
+        for cloud, project_id, meter, clamp in chunk:  # in key order, as listed
+            # needs_posting's common case written out (a registered meter, a checkpoint before the
+            # clamp, which the listing gives as None): the steady cycle's every entity takes this branch
+            if meter in known and clamp is None:
+                todo.append(EntityKey(cloud, project_id, meter))
+                continue
+            key = EntityKey(cloud, project_id, meter)
+            if meter not in known:
+                result.skipped.append(SkippedEntity.of(key, f"unknown_meter: {meter} is not registered"))
+                continue
+            try:
+                if needs_posting(clamp, window, key):
+                    todo.append(key)
+                else:
+                    result.already_posted += 1
+            except NonMonotonicCheckpoint as exc:
+                result.skipped.append(SkippedEntity.of(key, f"non_monotonic: {exc}"))
+        while len(todo) >= batch_size:
+            yield todo[:batch_size]
+            del todo[:batch_size]
+    if not listed:
+        cycle.on_stage("listed", {"entities": 0})
+    if todo:
+        yield todo
 
 
 def _run_isolating(store: Store, cycle: _Cycle, keys: list[EntityKey], number: int) -> list[BatchOutcome]:

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Generator, Iterable, Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from datetime import datetime
 from itertools import chain, islice
@@ -458,6 +458,14 @@ class PostgresStore(Store):
     def query(self, sql: str, params: Sequence[Any] = ()) -> list[tuple[Any, ...]]:
         with self.connection() as conn:
             return conn.execute(sql, list(params) or None).fetchall()
+
+    def query_chunks(self, sql: str, params: Sequence[Any] = (), size: int = 1000) -> Generator[list[tuple[Any, ...]], None, None]:
+        # A server-side cursor in a transaction of its own: the server plans for the first rows
+        # (cursor_tuple_fraction) and sends each chunk when it is fetched.
+        with self.connection() as conn, conn.transaction(), conn.cursor(name="tally_query_chunks") as cur:
+            cur.execute(sql, list(params) or None)
+            while rows := cur.fetchmany(size):
+                yield rows
 
     def resource_events_filter(self, key: tuple[str, str, str]) -> tuple[str, list[Any]]:
         return resource_filter(key)

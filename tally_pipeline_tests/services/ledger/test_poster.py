@@ -250,3 +250,27 @@ def test_a_poster_paused_past_the_window_splits_at_this_cycles_own_window_start(
     assert result.total("aged_out", "instance_hours") == Decimal("48.25") + 2
     assert result.total("usage", "instance_hours") == Decimal("23.75")  # [T0 + 2 d, later − 15 min)
     assert_ledger_matches_usage(store, registry, [vm_1, straggler])
+
+
+def test_postgres_starts_posting_from_the_first_chunk_of_the_listing(pg_store, pg_url, registry) -> None:
+    """On Postgres the listing streams: when the cycle has its first batch's keys, the rest are still on
+    the server (a cursor open in a transaction of its own), and every entity is posted all the same."""
+    import psycopg
+
+    rows = fleet()
+    insert(pg_store, *rows)
+    cycle(pg_store, registry, T0)  # opens the six checkpoints: the next cycle lists all six
+    seen = []
+
+    def at_listed(stage, info):
+        if stage != "listed":
+            return
+        with psycopg.connect(pg_url, autocommit=True) as watcher:
+            seen.append((info["entities"], [(state, query.split()[0]) for state, query in watcher.execute(
+                "SELECT state, query FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid()"
+                " AND query ILIKE '%tally_query_chunks%'").fetchall()]))
+
+    result = cycle(pg_store, registry, T0 + HOUR, batch_size=2, workers=2, on_stage=at_listed)
+    assert seen == [(2, [("idle in transaction", "FETCH")])]
+    assert len(result.posted) == 6 and result.entities == 6 and result.skipped == []
+    assert_ledger_matches_usage(pg_store, registry, rows)

@@ -183,7 +183,7 @@ def collect_openstack(config_path: str | None, log_level: str, **given: Any) -> 
     from tally_pipeline.collector.errors import BufferUnusable
     from tally_pipeline.heap import settle_heap
 
-    settle_heap()
+    settle_heap(young_threshold=None)  # freeze only: each delivery leaves garbage cycles (heap.py)
     try:
         status = run(service, stop)
     except (OSError, ValueError, BufferUnusable) as exc:

@@ -28,7 +28,7 @@ def _listing_backends(watcher: psycopg.Connection) -> list[tuple[str, str]]:
     """(state, query) of the other sessions of this database that last touched the chunks' cursor."""
     return [(state, query) for state, query in watcher.execute(
         "SELECT state, query FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid()"
-        " AND query ILIKE '%%tally_query_chunks%%'").fetchall()]
+        " AND query ILIKE '%tally_query_chunks%'").fetchall()]
 
 
 def test_postgres_hands_out_the_first_chunk_from_an_open_cursor_and_closing_ends_it(pg_store: Store, pg_url) -> None:

@@ -51,7 +51,7 @@ def db_migrate(rt: Runtime) -> None:
     """Apply pending migrations from sql/<dialect>/ (Postgres needs this; DuckDB does it on open)."""
     from tally_pipeline.store import open_store
 
-    with open_store(rt.config.database, migrate=False) as store:
+    with open_store(rt.config.database, migrate=False, duckdb_threads=rt.config.duckdb.threads) as store:
         applied = store.migrate()
         names = store.applied_migrations()
     for name in applied:

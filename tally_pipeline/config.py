@@ -240,6 +240,16 @@ class AnalyticsSettings(_Strict):
     snapshot_dir: Path | None = Field(default=None, description="default: snapshot/ beside the DuckDB file")
 
 
+class DuckDBSettings(_Strict):
+    """The embedded DuckDB file's connection (ignored on Postgres)."""
+
+    threads: int | None = Field(
+        default=None, ge=1,
+        description="DuckDB's worker threads (default: one per core). Parallel threads speed up the large scans "
+                    "(a projection rebuild) but cost every small statement a hand-off; 1 where small statements "
+                    "are the work and another process has the other cores (the demo)")
+
+
 class DeadLetterSettings(_Strict):
     retention_days: int = Field(default=30, ge=1, description="rows older than this are deleted by the daily purge")
     max_bytes_per_minute: int = Field(
@@ -416,6 +426,7 @@ class TallyConfig(_Strict):
     audit: AuditSettings = Field(default_factory=AuditSettings)
     dead_letter: DeadLetterSettings = Field(default_factory=DeadLetterSettings)
     analytics: AnalyticsSettings = Field(default_factory=AnalyticsSettings)
+    duckdb: DuckDBSettings = Field(default_factory=DuckDBSettings)
     collector: CollectorSettings = Field(default_factory=CollectorSettings)
     dagster: DagsterSettings | None = None  # set: POST /internal/sync/{cloud} launches Dagster runs
     first_day: date | None = Field(default=None, description="the first UTC day of the daily partitions "

@@ -39,7 +39,7 @@ class Runtime:
     @property
     def store(self) -> Store:
         if self._store is None:
-            self._store = open_store(self.config.database)
+            self._store = open_store(self.config.database, duckdb_threads=self.config.duckdb.threads)
         return self._store
 
     @cached_property

@@ -35,6 +35,13 @@ def api_sessions(conn: psycopg.Connection) -> list[tuple[int, str | None, str | 
     ).fetchall()
 
 
+def cursor_sessions(conn: psycopg.Connection, cursor: str) -> list[tuple[str, str]]:
+    """(state, query) of the other sessions of this database whose last statement named ``cursor``."""
+    return [(state, query) for state, query in conn.execute(
+        "SELECT state, query FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid()"
+        " AND query ILIKE %s", (f"%{cursor}%",)).fetchall()]
+
+
 def wait_until(condition: Any, what: str, timeout: float = 30.0) -> Any:
     """Poll an external system (the database's view of its sessions) until ``condition()`` is truthy."""
     deadline = time.monotonic() + timeout

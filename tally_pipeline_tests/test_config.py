@@ -57,6 +57,7 @@ def test_env_var_and_database_override(tmp_path, monkeypatch) -> None:
         ("reconciliation: {mass_delete_guard: 1.5}\n", "reconciliation.mass_delete_guard"),
         ("ledger: {window_days: 0}\n", "ledger.window_days"),
         ("api: {sync_workers: 0}\n", "api.sync_workers"),
+        ("duckdb: {threads: 0}\n", "duckdb.threads"),
         ("dagster: {url: http://dagster:3000, jobb: x}\n", "dagster.jobb: unknown key"),
         ("dagster: {url: 'dagster:3000'}\n", "dagster.url"),
         ("dagster: {location: tally_pipeline}\n", "dagster.url"),
@@ -74,3 +75,33 @@ def test_bad_config_names_the_key(tmp_path, text, names) -> None:
 def test_missing_file_is_a_clear_error(tmp_path) -> None:
     with pytest.raises(ConfigError, match="cannot read config file"):
         load_config(tmp_path / "nope.yaml")
+
+
+@pytest.mark.parametrize("threads", [1, 3])
+def test_the_embedded_file_runs_on_the_configured_threads(tmp_path, threads) -> None:
+    from tally_pipeline.runtime import Runtime
+    from tally_pipeline.store.duckdb.store import SharedFile
+
+    rt = Runtime.load(str(write(tmp_path, f"database: duckdb://tally.duckdb\nduckdb: {{threads: {threads}}}\n")))
+    try:
+        assert rt.store.query("SELECT current_setting('threads')") == [(threads,)]
+    finally:
+        rt.close()
+        SharedFile.close_all_idle()  # a lingering connection would keep its threads for the next test's file
+
+
+def test_without_the_setting_duckdb_keeps_its_own_default(tmp_path) -> None:
+    import duckdb
+
+    from tally_pipeline.runtime import Runtime
+
+    own = duckdb.connect(":memory:")
+    try:
+        default = own.execute("SELECT current_setting('threads')").fetchall()
+    finally:
+        own.close()
+    rt = Runtime.load(str(write(tmp_path, "database: 'duckdb://:memory:'\n")))
+    try:
+        assert rt.store.query("SELECT current_setting('threads')") == default
+    finally:
+        rt.close()

@@ -51,8 +51,9 @@ def _params(sql: str) -> str:
     return sql.replace("%s", "?")
 
 
-def _connect(path: str) -> duckdb.DuckDBPyConnection:
-    con = duckdb.connect(path)
+def _connect(path: str, threads: int | None = None) -> duckdb.DuckDBPyConnection:
+    # threads is a setting of the database, not of one cursor: every cursor of the connection shares it.
+    con = duckdb.connect(path, config={} if threads is None else {"threads": threads})
     # Timestamps are stored and shown in UTC whatever the machine's zone (ICU loads after connect);
     # GLOBAL, so that every cursor of this connection has it too.
     con.execute("SET GLOBAL TimeZone = 'UTC'")
@@ -278,15 +279,19 @@ class DuckDBStore(Store):
     #: Files this process has brought up to date: opening one again needs no migration check.
     _migrated: set[str] = set()
 
-    def __init__(self, path: str | Path, *, migrate: bool = True, retry_budget_s: float = 30.0):
+    def __init__(self, path: str | Path, *, migrate: bool = True, retry_budget_s: float = 30.0,
+                 threads: int | None = None):
+        """``threads``: DuckDB's worker threads (default: one per core). A file has one connection per process
+        (``SharedFile``), so the store that opens it sets it for every store of that process on the file."""
         self.path = str(path)
+        self.threads = threads
         self.url = f"duckdb://{self.path}"
         self.retry_budget_s = retry_budget_s
         self._memory: duckdb.DuckDBPyConnection | None = None
         self._pinned = threading.local()
         self._shared: SharedFile | None = None
         if self.path in ("", ":memory:"):
-            self._memory = _connect(":memory:")
+            self._memory = _connect(":memory:", threads)
             # One writer at a time inside this process: DuckDB would let two threads race and then
             # abort one at commit; queueing them here turns that into a short wait instead.
             self._write_lock = threading.RLock()
@@ -351,7 +356,7 @@ class DuckDBStore(Store):
         delay = 0.01
         while True:
             try:
-                con = _connect(self.path)
+                con = _connect(self.path, self.threads)
                 break
             except duckdb.IOException as exc:
                 if not _is_lock_error(exc):

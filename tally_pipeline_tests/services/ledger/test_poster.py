@@ -257,6 +257,8 @@ def test_postgres_starts_posting_from_the_first_chunk_of_the_listing(pg_store, p
     the server (a cursor open in a transaction of its own), and every entity is posted all the same."""
     import psycopg
 
+    from tally_pipeline_tests.faults import cursor_sessions
+
     rows = fleet()
     insert(pg_store, *rows)
     cycle(pg_store, registry, T0)  # opens the six checkpoints: the next cycle lists all six
@@ -266,9 +268,8 @@ def test_postgres_starts_posting_from_the_first_chunk_of_the_listing(pg_store, p
         if stage != "listed":
             return
         with psycopg.connect(pg_url, autocommit=True) as watcher:
-            seen.append((info["entities"], [(state, query.split()[0]) for state, query in watcher.execute(
-                "SELECT state, query FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid()"
-                " AND query ILIKE '%tally_query_chunks%'").fetchall()]))
+            seen.append((info["entities"], [(state, query.split()[0])
+                                            for state, query in cursor_sessions(watcher, "tally_query_chunks")]))
 
     result = cycle(pg_store, registry, T0 + HOUR, batch_size=2, workers=2, on_stage=at_listed)
     assert seen == [(2, [("idle in transaction", "FETCH")])]

@@ -142,8 +142,8 @@ def test_a_burst_of_duckdb_dead_letter_writes_opens_the_file_once(tmp_path, monk
     monkeypatch.setattr(duckdb_store.SharedFile, "max_hold_s", 3600.0)
     opened: list[object] = []
 
-    def counted(path: str):
-        con = real_connect(path)
+    def counted(path: str, threads: int | None = None):
+        con = real_connect(path, threads)
         opened.append(con)
         return con
 

@@ -80,14 +80,12 @@ def test_missing_file_is_a_clear_error(tmp_path) -> None:
 @pytest.mark.parametrize("threads", [1, 3])
 def test_the_embedded_file_runs_on_the_configured_threads(tmp_path, threads) -> None:
     from tally_pipeline.runtime import Runtime
-    from tally_pipeline.store.duckdb.store import SharedFile
 
     rt = Runtime.load(str(write(tmp_path, f"database: duckdb://tally.duckdb\nduckdb: {{threads: {threads}}}\n")))
     try:
         assert rt.store.query("SELECT current_setting('threads')") == [(threads,)]
     finally:
         rt.close()
-        SharedFile.close_all_idle()  # a lingering connection would keep its threads for the next test's file
 
 
 def test_without_the_setting_duckdb_keeps_its_own_default(tmp_path) -> None:

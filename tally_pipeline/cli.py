@@ -49,9 +49,7 @@ def db() -> None:
 @with_runtime
 def db_migrate(rt: Runtime) -> None:
     """Apply pending migrations from sql/<dialect>/ (Postgres needs this; DuckDB does it on open)."""
-    from tally_pipeline.store import open_store
-
-    with open_store(rt.config.database, migrate=False, duckdb_threads=rt.config.duckdb.threads) as store:
+    with rt.open_store(migrate=False) as store:
         applied = store.migrate()
         names = store.applied_migrations()
     for name in applied:

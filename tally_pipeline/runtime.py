@@ -39,8 +39,12 @@ class Runtime:
     @property
     def store(self) -> Store:
         if self._store is None:
-            self._store = open_store(self.config.database, duckdb_threads=self.config.duckdb.threads)
+            self._store = self.open_store()
         return self._store
+
+    def open_store(self, *, migrate: bool | None = None) -> Store:
+        """A new store on the configured database, with its connection settings (the caller closes it)."""
+        return open_store(self.config.database, migrate=migrate, duckdb_threads=self.config.duckdb.threads)
 
     @cached_property
     def ingestor(self) -> Ingestor:

@@ -25,9 +25,14 @@ README = Path(__file__).resolve().parents[2] / "README.md"
 
 
 def filled(tmp_path: Path) -> str:
-    """A DuckDB file after a sync of a simulated cloud: every table of the README's queries has rows."""
+    """A DuckDB file after a sync of a simulated cloud: every table of the README's queries has rows.
+
+    The window is pinned: by default it ends at the current hour, and a sync polling in the first
+    settle window (5 min) after it defers what the window's last minutes created, so the inventory
+    below depended on the minute the test ran."""
     config = tmp_path / "tally.yaml"
-    config.write_text(f"database: duckdb://{tmp_path / 'tally.duckdb'}\nclouds:\n  demo: {{provider: simulated, seed: 1}}\n")
+    config.write_text(f"database: duckdb://{tmp_path / 'tally.duckdb'}\nclouds:\n"
+                      "  demo: {provider: simulated, seed: 1, start: '2026-01-05T00:00:00Z'}\n")
     synced = CliRunner().invoke(main, ["sync", "demo", "--config", str(config)])
     assert synced.exit_code == 0, synced.output
     return f"duckdb://{tmp_path / 'tally.duckdb'}"

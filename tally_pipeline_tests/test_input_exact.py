@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import gzip
 import json
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta, timezone
 from pathlib import Path
 
 import orjson
@@ -144,6 +144,11 @@ def test_timestamps_always_have_four_digit_years() -> None:
     year_one = datetime(1, 1, 1, tzinfo=UTC)
     assert format_rfc3339(year_one) == "0001-01-01T00:00:00Z"
     assert format_rfc3339(datetime(999, 12, 31, 23, 59, 59, 5, tzinfo=UTC)) == "0999-12-31T23:59:59.000005Z"
+    # Another offset, a zero offset that is not the UTC object, and a naive instant (taken as UTC) read alike.
+    assert format_rfc3339(datetime(2026, 1, 1, 2, 30, tzinfo=timezone(timedelta(hours=2)))) == "2026-01-01T00:30:00Z"
+    assert format_rfc3339(datetime(2026, 1, 1, 0, 30, 0, 120, tzinfo=timezone(timedelta(0), "GMT"))) \
+        == "2026-01-01T00:30:00.000120Z"
+    assert format_rfc3339(datetime(999, 12, 31, 23, 59, 59)) == "0999-12-31T23:59:59Z"
     # The fallback a response takes when orjson cannot write it (Postgres hands 1e300 back as a 301-digit integer).
     rendered = JSON({"n": 10**300, "at": year_one}).body
     assert b'"at":"0001-01-01T00:00:00Z"' in rendered

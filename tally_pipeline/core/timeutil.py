@@ -94,4 +94,6 @@ def format_rfc3339(value: datetime) -> str:
     """Format an instant as RFC 3339 in UTC with a ``Z`` suffix (microseconds only when present)."""
     # Not strftime("%Y"): it writes year 1 as "1" on glibc; RFC 3339 always has four digits, as
     # isoformat writes them (and the microseconds only when there are some), at a third of the cost.
+    if value.tzinfo is UTC:  # nearly every instant here (parsed or built in UTC): its isoformat ends "+00:00"
+        return value.isoformat()[:-6] + "Z"
     return to_utc(value).replace(tzinfo=None).isoformat() + "Z"

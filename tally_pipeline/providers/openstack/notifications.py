@@ -184,12 +184,13 @@ def map_notification(
         return Unmapped(f"{event_type}: {exc}", "invalid", event_type, exc.code)
     if occurred_at is None:
         return Unmapped(f"{event_type}: no timestamp", "invalid", event_type)
+    occurred = format_rfc3339(occurred_at)
     body: dict[str, Any] = {}
     if nova is not None:
         # Both formats of one action must store the same content under the same id (a different
         # content under one id is a duplicate_conflict): so nothing message-specific goes in.
         body["openstack"] = {"service": "nova", "action": nova[0].name}
-        event_id = _nova_event_id(cloud, found.resource_id, nova[0].name, occurred_at)
+        event_id = _nova_event_id(cloud, found.resource_id, nova[0].name, occurred)
     else:
         body["openstack"] = {
             "message_id": message_id,
@@ -210,7 +211,7 @@ def map_notification(
         "resource_type": resource_type,
         "resource_id": found.resource_id,
         "project_id": found.project_id,
-        "occurred_at": format_rfc3339(occurred_at),
+        "occurred_at": occurred,
         "source": "collector",
         "payload": body,
     }
@@ -241,10 +242,10 @@ def _service_found(
     return found, sent_at
 
 
-def _nova_event_id(cloud: str, instance_id: str, action: str, occurred_at: datetime) -> str:
+def _nova_event_id(cloud: str, instance_id: str, action: str, occurred: str) -> str:
     """Shared by nova's two formats: a cloud emitting both stores one event per payload-dated action,
-    and a redelivered message is still a duplicate."""
-    return _event_uuid(f"{cloud}/nova/{instance_id}/{action}/{format_rfc3339(occurred_at)}")
+    and a redelivered message is still a duplicate. ``occurred``: the action's instant in RFC 3339."""
+    return _event_uuid(f"{cloud}/nova/{instance_id}/{action}/{occurred}")
 
 
 def _event_uuid(name: str) -> str:

@@ -26,7 +26,7 @@ vm_state ``stopped``), lower-cased, so the collector and reconciliation (which r
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -169,10 +169,39 @@ _VERSIONED = {"instance_id": "uuid", "flavor_name": "flavor.name", "vcpus": "fla
               "ram_mb": "flavor.memory_mb", "disk_gb": "flavor.root_gb"}
 
 
-def _versioned_fields(payload: Mapping[str, Any]) -> dict[str, Any]:
+def _versioned_fields(payload: Mapping[str, Any]) -> Mapping[str, Any]:
     data = _object_data(payload, "payload")
     flavor = _object_data(data["flavor"], "payload flavor") if data.get("flavor") is not None else {}
-    return {**data, **{f"flavor.{key}": value for key, value in flavor.items()}}
+    return _WithFlavor(data, flavor)
+
+
+class _WithFlavor(Mapping[str, Any]):
+    """A versioned payload's data with its flavor's fields as ``flavor.<name>`` (a flavor field wins over a data
+    key spelled the same), read in place: a merged copy of every field cost more than the whole mapping."""
+
+    __slots__ = ("_data", "_flavor")
+    _PREFIX = "flavor."
+
+    def __init__(self, data: Mapping[str, Any], flavor: Mapping[str, Any]):
+        self._data, self._flavor = data, flavor
+
+    def __getitem__(self, key: str) -> Any:
+        if key.startswith(self._PREFIX) and (name := key[len(self._PREFIX):]) in self._flavor:
+            return self._flavor[name]
+        return self._data[key]
+
+    def get(self, key: str, default: Any = None) -> Any:  # the readers' call: without Mapping's try/except
+        if key.startswith(self._PREFIX) and (name := key[len(self._PREFIX):]) in self._flavor:
+            return self._flavor[name]
+        return self._data.get(key, default)
+
+    def __iter__(self) -> Iterator[str]:
+        flavored = [self._PREFIX + name for name in self._flavor]
+        shadowed = set(flavored)
+        return iter([*(key for key in self._data if key not in shadowed), *flavored])
+
+    def __len__(self) -> int:
+        return sum(1 for _ in self)
 
 
 def _object_data(obj: Any, what: str) -> Mapping[str, Any]:

@@ -26,7 +26,12 @@ from tally_pipeline.providers.openstack.notifications import (
     map_notification,
     map_notifications,
 )
-from tally_pipeline.providers.openstack.nova_notifications import ACTIONS, LEGACY_TYPES, VERSIONED_TYPES
+from tally_pipeline.providers.openstack.nova_notifications import (
+    ACTIONS,
+    LEGACY_TYPES,
+    VERSIONED_TYPES,
+    _versioned_fields,
+)
 from tally_pipeline.schemas import default_registry
 from tally_pipeline_tests.providers.openstack.notification_samples import SAMPLES, sample, versioned_sample
 
@@ -492,6 +497,20 @@ def test_a_versioned_notification_that_lacks_what_the_mapping_needs_is_invalid(b
     result = map_notification(message, cloud="c")
     assert isinstance(result, Unmapped) and result.kind == "invalid"
     assert fragment in result.reason
+
+
+def test_a_versioned_payload_is_read_as_its_data_with_the_flavor_fields_prefixed() -> None:
+    # The reader looks fields up in place rather than copying the payload; it must read what the merged copy
+    # held: every data field, the flavor's as "flavor.<name>", a flavor field over a data key spelled alike.
+    sample_data = versioned_sample("instance-create-end", message_id="v", timestamp=SAMPLE_TIME)["payload"]
+    data = {**sample_data["nova_object.data"], "flavor.vcpus": "shadowed"}
+    flavor = data["flavor"]["nova_object.data"]
+    merged = {**data, **{f"flavor.{key}": value for key, value in flavor.items()}}
+    fields = _versioned_fields({"nova_object.data": data})
+    assert dict(fields) == merged and len(fields) == len(merged)
+    assert all(fields.get(key) == value and fields[key] == value for key, value in merged.items())
+    assert fields.get("flavor.vcpus") == flavor["vcpus"] and fields.get("flavor.nothing") is None
+    assert fields.get("nothing", "default") == "default"
 
 
 def test_the_docs_mapping_table_names_every_mapped_type() -> None:

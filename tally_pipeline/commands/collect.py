@@ -232,4 +232,7 @@ def bench_collect(messages: int, database: str, transport_url: str, batch_size: 
     finally:
         for bar in bars.values():
             bar.close()
+    if before := report["end_to_end"]["events_in_database_before"]:
+        click.echo(f"note: the database held {before} events before this run (earlier runs' stay there); it stores "
+                   "more slowly as they pile up, so compare figures taken on fresh databases", err=True)
     print_report(report)

@@ -13,6 +13,11 @@ from tally_pipeline.orchestration.metadata import md_table
 from tally_pipeline.orchestration.resources import StoreReads, TallyStore
 from tally_pipeline.services.projection import RefreshResult
 
+#: The projection's assets: one multi-asset, so a refresh materializes all three (and a run selects all three).
+PROJECTION_ASSETS = ("current_resources", "resource_intervals", "projection_state")
+#: The job of those three (defs/projection/jobs.py), by name: another domain's sensor starts it without importing it.
+PROJECTION_REFRESH_JOB = "projection_refresh"
+
 
 def projection_metadata(db: StoreReads, result: RefreshResult | None, by: str) -> dict[str, dict[str, Any]]:
     """Each projection table's metadata after a refresh (``result`` None when the refresh was a sync's own)."""

@@ -477,6 +477,48 @@ def test_automation_refreshes_the_projections_after_api_writes(setup) -> None:
     assert rt.store.query("SELECT status FROM current_resources WHERE resource_id = 'v-api'") == [("live",)]
 
 
+def api_writes_tick(defs, instance) -> list[str]:
+    """One tick of api_writes_sensor, as the daemon runs it: its asset events recorded, its runs launched;
+    returns the assets those runs materialized."""
+    sensor = defs.resolve_sensor_def("api_writes_sensor")
+    with dg.build_sensor_context(instance=instance, repository_def=defs.get_repository_def(),
+                                 resources={"store": defs.resources["store"]}) as context:
+        result = sensor.evaluate_tick(context)
+    for event in result.asset_events:
+        instance.report_runless_asset_event(event)
+    launched: list[str] = []
+    for request in result.run_requests:
+        run = defs.resolve_job_def(request.job_name or sensor.job_name).execute_in_process(instance=instance)
+        assert run.success
+        launched += sorted(e.asset_key.to_user_string() for e in run.get_asset_materialization_events())
+    return launched
+
+
+def test_an_api_write_recorded_as_the_projection_run_ends_is_folded_all_the_same(setup) -> None:
+    """The race of one automation tick: a projection run ends and api_writes_sensor records a new API write
+    before automation looks again. Automation's eager() lets the asset's own update cancel its dependency's
+    (both land in one tick), so left to automation the write waited for the next one; the sensor starts the
+    refresh itself, and automation starts no second run."""
+    defs, rt, instance = setup["defs"], setup["rt"], setup["instance"]
+    cursor = None
+    for _ in range(3):
+        _, cursor = automation_tick(defs, instance, cursor)  # filled in and settled
+    projection = {"current_resources", "resource_intervals", "projection_state"}
+    ticks = []
+    for n in (1, 2):
+        Ingestor(rt.store, rt.registry).ingest([vol_event(f"api-{n}", f"v-{n}", "create", T0)], origin="api")
+        assert set(api_writes_tick(defs, instance)) == projection
+        # the projection run has ended and the write was recorded since automation last looked
+        requested, cursor = automation_tick(defs, instance, cursor)
+        ticks.append(requested)
+    assert ticks == [[], []]  # nothing needless: the sensor's run folded each write
+    assert dict(rt.store.query("SELECT resource_id, status FROM current_resources")) == {"v-1": "live", "v-2": "live"}
+    latest = instance.get_latest_materialization_event(dg.AssetKey("current_resources"))
+    assert latest.asset_materialization.metadata["live"].value == 2
+    # A look that finds nothing new starts nothing.
+    assert api_writes_tick(defs, instance) == []
+
+
 def test_a_sync_launched_without_tags_carries_its_cloud_and_records_every_write(setup) -> None:
     """As the UI's Materialize or GraphQL launch it: one partition, no tally tags."""
     defs, view, instance = setup["defs"], setup["view"], setup["instance"]

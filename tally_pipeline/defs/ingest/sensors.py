@@ -10,6 +10,7 @@ from tally_pipeline.defs.ingest.jobs import landing_job
 from tally_pipeline.defs.ingest.landing_folders import file_signature, landing_files, read_landing_cursor
 from tally_pipeline.orchestration.alert_states import evaluation, states
 from tally_pipeline.orchestration.failures import outage_guarded
+from tally_pipeline.orchestration.projection_refresh import PROJECTION_REFRESH_JOB
 from tally_pipeline.orchestration.resources import TallyStore
 from tally_pipeline.orchestration.table_metadata import (
     cloud_activity_metadata,
@@ -21,12 +22,18 @@ from tally_pipeline.orchestration.table_metadata import (
 IGNORED = "ignored:"
 
 
-# Every 30 s, with the automation sensor's 30 s, a write through the API reaches the projections within a
-# minute. The writes are recorded as (runless) materializations, not observations: the rows really were
-# written, and declarative automation reacts to a materializable asset's materializations only.
-@dg.sensor(minimum_interval_seconds=30, default_status=dg.DefaultSensorStatus.RUNNING,
+# Every 30 s: a write through the API reaches the projections within 30 s and the refresh run's own time. The
+# writes are recorded as (runless) materializations, not observations: the rows really were written. The sensor
+# starts the projections' refresh itself rather than leave it to automation's eager(): when a projection run ends
+# in the same automation tick as a write is recorded, eager() lets the projection's own update cancel its
+# dependency's, and the write would wait for the next one. A run started after the count was taken folds what it
+# counted. (Automation starts no second run: the sensor's is in progress at its next tick, or ended within it,
+# which resets it.)
+@dg.sensor(job_name=PROJECTION_REFRESH_JOB, minimum_interval_seconds=30,
+           default_status=dg.DefaultSensorStatus.RUNNING,
            description="Records what the API wrote since the last look as materializations of event_log, cloud_activity "
-                       "and dead_letter (with the events_silent check); automation then refreshes the projections.")
+                       "and dead_letter (with the events_silent check), and starts a refresh of the projections when "
+                       "events were written.")
 def api_writes_sensor(context: dg.SensorEvaluationContext, store: TallyStore) -> dg.SensorResult | dg.SkipReason:
     return outage_guarded(context, "api_writes_sensor", lambda: _api_writes(context, store))
 
@@ -40,9 +47,9 @@ def _api_writes(context: dg.SensorEvaluationContext, store: TallyStore) -> dg.Se
     before = [int(n) for n in context.cursor.split(":")] if context.cursor else [-1, -1]
     context.update_cursor(cursor)
     written: list[dg.AssetMaterialization | dg.AssetCheckEvaluation] = []
+    refresh: list[dg.RunRequest] = []
     # A sync or a landing run already records its own writes; record only a count nobody recorded, so
-    # the API is not credited with them and automation does not start a projection run for writes the
-    # projection already folded.
+    # the API is not credited with them and no projection run starts for writes already folded or on their way.
     latest = context.instance.get_latest_materialization_event(dg.AssetKey("event_log"))
     materialization = latest.asset_materialization if latest else None
     recorded = materialization.metadata.get("dagster/row_count") if materialization else None
@@ -53,6 +60,8 @@ def _api_writes(context: dg.SensorEvaluationContext, store: TallyStore) -> dg.Se
             dg.AssetMaterialization("cloud_activity", metadata=cloud_activity_metadata(store)),
             *[evaluation(s) for s in states(store, ["events_silent"])],
         ]
+        if events:  # an empty log (a new deployment's first look) has nothing to fold: automation fills it in
+            refresh.append(dg.RunRequest(run_key=f"api-writes:{cursor}"))
     latest_rejected = context.instance.get_latest_materialization_event(dg.AssetKey("dead_letter"))
     rejected_materialization = latest_rejected.asset_materialization if latest_rejected else None
     recorded_rejected = (rejected_materialization.metadata.get("dagster/row_count")
@@ -60,8 +69,11 @@ def _api_writes(context: dg.SensorEvaluationContext, store: TallyStore) -> dg.Se
     if rejected != before[1] and (recorded_rejected is None or recorded_rejected.value != rejected):
         written.append(dg.AssetMaterialization("dead_letter", metadata={
             **dead_letter_metadata(store), "recorded_by": "api_writes_sensor: the count changed since its last look"}))
-    return dg.SensorResult(asset_events=written, skip_reason=f"recorded {len(written)} asset events: {events} events, "
-                                                             f"{rejected} rejected")
+    summary = f"recorded {len(written)} asset events: {events} events, {rejected} rejected"
+    if refresh:  # a tick that starts a run shows the run, not a skip reason: the summary goes to its log
+        context.log.info(summary)
+        return dg.SensorResult(asset_events=written, run_requests=refresh)
+    return dg.SensorResult(asset_events=written, skip_reason=summary)
 
 
 def _note(context: dg.SensorEvaluationContext, seen: dict[str, str], current: dict[str, str], folder: str,

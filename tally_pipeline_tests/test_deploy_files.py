@@ -142,8 +142,8 @@ def test_an_installed_package_finds_its_definitions_by_the_dg_toml_it_ships(tmp_
     assert done.returncode == 0, done.stderr[-2000:]
     where, jobs = done.stdout.splitlines()[-2:]
     assert Path(where).is_relative_to(site)
-    assert jobs == str(["dead_letter_retention", "delta_posting", "landing_files", "reconciliation", "usage_daily_job",
-                        "usage_statements_job"])
+    assert jobs == str(["dead_letter_retention", "delta_posting", "landing_files", "projection_refresh", "reconciliation",
+                        "usage_daily_job", "usage_statements_job"])
 
 
 def test_ports_agree_between_listeners_and_callers() -> None:

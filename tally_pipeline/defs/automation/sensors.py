@@ -3,8 +3,8 @@
 import dagster as dg
 
 # Ships on: the projections follow the event log without anyone switching Dagster's default
-# automation sensor on (declaring our own replaces it). With api_writes' 30 s, an API write reaches
-# the projections within a minute.
+# automation sensor on (declaring our own replaces it): after a landing run within 30 s, and it fills in
+# what was never materialized. (After an API write, api_writes_sensor starts the refresh itself.)
 automation_sensor = dg.AutomationConditionSensorDefinition(
     "automation_sensor", target=dg.AssetSelection.all(), default_status=dg.DefaultSensorStatus.RUNNING,
     minimum_interval_seconds=30,

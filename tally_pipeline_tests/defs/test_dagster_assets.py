@@ -649,7 +649,7 @@ def test_production_resources_read_the_environment_where_they_run(monkeypatch) -
     assert isinstance(environment_resources()["ledger"].database, dg.EnvVar)
 
 
-def test_landing_writes_are_credited_to_the_landing_run_and_automation_adds_no_empty_run(setup) -> None:
+def test_a_landing_run_records_and_folds_its_writes_and_automation_adds_no_run(setup) -> None:
     defs, landing, instance = setup["defs"], setup["landing"], setup["instance"]
     cursor = None
     for _ in range(3):  # a new deployment: automation fills in the never-materialized assets, then settles
@@ -667,10 +667,14 @@ def test_landing_writes_are_credited_to_the_landing_run_and_automation_adds_no_e
                                  resources={"store": defs.resources["store"]}) as context:
         looked = defs.resolve_sensor_def("api_writes_sensor").evaluate_tick(context)
     assert not {e.asset_key.to_user_string() for e in looked.asset_events or []} & {"event_log", "dead_letter"}
-    # automation refreshes the projections, and launches no run of the ingest tables to record nothing new
+    # the landing run folded what it wrote, and says so on the projections (after event_log, as a sync does)
+    for key in ("current_resources", "resource_intervals", "projection_state"):
+        [meta] = materializations(ingested, key)
+        assert meta["refreshed_by"] == "landing_files (2026-03-01)"
+    assert materializations(ingested, "current_resources")[0]["live"] == 1
+    # so automation launches no projection run for it, nor a run of the ingest tables to record nothing new
     requested, _ = automation_tick(defs, instance, cursor)
-    assert {"current_resources", "resource_intervals", "projection_state"} <= set(requested)
-    assert not set(requested) & {"event_log", "cloud_activity", "dead_letter"}, requested
+    assert requested == []
 
 
 def snapshot_tick(defs, instance) -> dg.AssetCheckEvaluation:

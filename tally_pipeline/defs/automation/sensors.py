@@ -2,9 +2,9 @@
 
 import dagster as dg
 
-# Ships on: the projections follow the event log without anyone switching Dagster's default
-# automation sensor on (declaring our own replaces it): after a landing run within 30 s, and it fills in
-# what was never materialized. (After an API write, api_writes_sensor starts the refresh itself.)
+# Ships on: the assets follow their conditions without anyone switching Dagster's default automation sensor
+# on (declaring our own replaces it); it fills in what was never materialized. (The writers fold their own
+# events into the projections, and api_writes_sensor starts a refresh after API writes: docs/operations.md.)
 automation_sensor = dg.AutomationConditionSensorDefinition(
     "automation_sensor", target=dg.AssetSelection.all(), default_status=dg.DefaultSensorStatus.RUNNING,
     minimum_interval_seconds=30,

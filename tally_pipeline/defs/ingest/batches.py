@@ -10,6 +10,7 @@ from tally_pipeline.defs.ingest.landing_folders import landing_files
 from tally_pipeline.orchestration.alert_states import report
 from tally_pipeline.orchestration.failures import cause_first
 from tally_pipeline.orchestration.metadata import md_table
+from tally_pipeline.orchestration.projection_refresh import report_refresh
 from tally_pipeline.orchestration.resources import TallyStore
 from tally_pipeline.orchestration.snapshot import write_analyst_snapshot
 from tally_pipeline.orchestration.table_metadata import (
@@ -29,7 +30,8 @@ def raw_event_batches_asset(partitions: dg.DailyPartitionsDefinition) -> dg.Asse
         pool=POOL,
         description=(
             "Landing files of one UTC day (landing_dir/YYYY-MM-DD/*.jsonl[.gz] or {\"events\": [...]}) streamed "
-            "through the ingest core. Re-materializing a day is safe: already stored events are duplicates. "
+            "through the ingest core, then folded into the projection. Re-materializing a day is safe: already "
+            "stored events are duplicates. "
             "A file that stops early (truncated, not JSON, over the landing limits, a refused symlink) fails the run "
             "with its reason, after every other file is read."
         ),
@@ -68,11 +70,16 @@ def raw_event_batches_asset(partitions: dg.DailyPartitionsDefinition) -> dg.Asse
                     "rejected_by_reason": dg.MetadataValue.json(reasons),
                     "files_preview": md_table(["file", "items", "stored", "duplicates", "rejected", "error"], rows[:50]),
                 })
+            # The run folds what it wrote, as a sync does, rather than leave it to automation: eager() loses an
+            # event_log update that lands in the same tick as a projection run's end (docs/operations.md).
+            folded = store.refresh_projection()
             snapshot = write_analyst_snapshot(context, store)  # what the files wrote, before any stop fails the run
             for day in context.partition_keys:
                 context.add_asset_metadata(partition_key=day, metadata=snapshot)
-            record_writes(context, store, events, rejected, f"landing_files ({', '.join(context.partition_keys)})",
-                          snapshot)
+            by = f"landing_files ({', '.join(context.partition_keys)})"
+            record_writes(context, store, events, rejected, by, snapshot)
+            if folded.resources:
+                report_refresh(context, store, folded, by, snapshot)
             if stopped:
                 # What was read before each stop is stored (and its refusals dead-lettered, its writes recorded
                 # above); the run still fails, so a truncated or refused file is never a success.

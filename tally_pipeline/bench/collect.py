@@ -11,9 +11,10 @@ every message, and is drained in turn:
    these messages from this broker;
 2. **oslo.messaging listener**: its notification listener in a pool, doing nothing with them: what
    the collector would cost built on it (the reason it is built on kombu);
-3. **end to end**: ``tally collect openstack`` (its own process) maps, buffers (fsync) and
-   acknowledges them, and its sender posts them to ``tally serve`` (its own process) on Postgres,
-   until every event the mix maps to is stored. The collector's resident memory is sampled all along.
+3. **end to end**: ``tally collect openstack`` (its own process; with ``collectors``, that many on the
+   same queues and buffer directory) maps, buffers (fsync) and acknowledges them, and its sender posts
+   them to ``tally serve`` (its own process) on Postgres, until every event the mix maps to is stored.
+   The collector's resident memory is sampled all along.
 
 The queues are deleted at the end, whatever happens.
 """
@@ -28,7 +29,8 @@ import time
 import uuid
 from collections import Counter
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -54,7 +56,8 @@ PUBLISHERS = 4
 
 
 def run(*, database: str, transport_url: str, messages: int, seed: int = 1, batch_size: int = 500,
-        prefetch: int = PREFETCH, oslo: bool = True, progress: Callable[[str, int], None] | None = None) -> dict[str, Any]:
+        prefetch: int = PREFETCH, collectors: int = 1, oslo: bool = True,
+        progress: Callable[[str, int], None] | None = None) -> dict[str, Any]:
     run_id = uuid.uuid4().hex[:10]
     topic, pool, cloud = f"tally-bench-{run_id}", f"tally-bench-{run_id}", f"bench-{run_id}"
     broker = broker_of(transport_url)
@@ -73,7 +76,7 @@ def run(*, database: str, transport_url: str, messages: int, seed: int = 1, batc
             if listener is not None:
                 report["oslo_listener_consume_ack"] = _drain_listener(listener, messages)
             report["end_to_end"] = _end_to_end(database, transport_url, pool, topic, cloud, messages, mapped,
-                                               batch_size, prefetch, progress)
+                                               batch_size, prefetch, collectors, progress)
         finally:
             if listener is not None:
                 listener.close()
@@ -206,7 +209,8 @@ def _drain_listener(listener: Any, count: int) -> dict[str, Any]:
 
 
 def _end_to_end(database: str, transport_url: str, pool: str, topic: str, cloud: str, messages: int, mapped: int,
-                batch_size: int, prefetch: int, progress: Callable[[str, int], None] | None) -> dict[str, Any]:
+                batch_size: int, prefetch: int, collectors: int,
+                progress: Callable[[str, int], None] | None) -> dict[str, Any]:
     store = open_store(database)
     if store.dialect != "postgres":
         raise BenchOptionError("tally bench collect measures tally serve on Postgres: give a postgresql:// --database")
@@ -214,53 +218,58 @@ def _end_to_end(database: str, transport_url: str, pool: str, topic: str, cloud:
     # (runs in a row in one database fell from 0.49x to 0.33x), so the report says how many there were.
     events_before = store.event_count()
     with tempfile.TemporaryDirectory(prefix="tally-bench-collect-") as tmp, \
-            ServeProcess(database, log_path=Path(tmp) / "serve.log") as api:
+            ServeProcess(database, log_path=Path(tmp) / "serve.log") as api, ExitStack() as running:
         config = Path(tmp) / "collector.yaml"
         config.write_text(f"collector:\n  batch_size: {batch_size}\n  prefetch: {prefetch}\n  drain_timeout: 60\n")
         api.start()
-        collector = CollectorProcess(cloud=cloud, transport_url=transport_url, api_url=api.url,
-                                     buffer_dir=Path(tmp) / "buffer", config=config,
-                                     extra_args=["--pool", pool, "--topic", topic, "--log-level", "warning"],
-                                     log_path=Path(tmp) / "collector.log")
-        with collector:
-            collector.start()
-            samples = _Sampler(collector, api, store, cloud).start()
-            started = samples.wait_connected()
-            finished = samples.wait_stored(mapped, progress)
-            samples.stop()
-            received = collector.metric("tally_collector_received_total")
-            stored_counts = {o: collector.metric("tally_collector_sent_total", outcome=o)
-                             for o in ("stored", "duplicate", "rejected")}
-            exit_status = collector.stop()
-        if received < messages:
-            raise CollectorProcessError(f"the collector read {received} of {messages} messages")
-        seconds = finished - started
-        rss = samples.rss_report(messages)
-        return {
-            "events_in_database_before": events_before,
-            "seconds": round(seconds, 2),
-            "notifications_per_second": round(messages / seconds),
-            "events_per_second": round(mapped / seconds),
-            "events_stored": samples.stored,
-            "collector": {"received": received, "sent": stored_counts, "exit_status": exit_status,
-                          "cpu_seconds": samples.collector_cpu,
-                          "cpu_us_per_notification": round(samples.collector_cpu / messages * 1e6),
-                          "batch_size": batch_size, "prefetch": prefetch, **rss},
-            "api_cpu_seconds": samples.api_cpu,
-            "api_cpu_us_per_event": round(samples.api_cpu / max(mapped, 1) * 1e6),
-        }
+        # Several processes read the same queues into one buffer directory, as they would be deployed
+        # (docs/collector.md): RabbitMQ hands each message to one of them.
+        processes = [running.enter_context(CollectorProcess(
+            cloud=cloud, transport_url=transport_url, api_url=api.url, buffer_dir=Path(tmp) / "buffer", config=config,
+            extra_args=["--pool", pool, "--topic", topic, "--log-level", "warning"],
+            log_path=Path(tmp) / f"collector-{n + 1}.log")) for n in range(collectors)]
+        with ThreadPoolExecutor(collectors) as starting:  # side by side: none reads long before the others
+            list(starting.map(CollectorProcess.start, processes))
+        samples = _Sampler(processes, api, store, cloud).start()
+        started = samples.wait_connected()
+        finished = samples.wait_stored(mapped, progress)
+        samples.stop()
+        received, stored_counts = samples.wait_counted(messages, mapped)
+        exit_statuses = [process.stop() for process in processes]
+    if sum(received) < messages:
+        raise CollectorProcessError(f"the collector read {sum(received):.0f} of {messages} messages")
+    seconds = finished - started
+    rss = samples.rss_report(messages)
+    return {
+        "events_in_database_before": events_before,
+        "seconds": round(seconds, 2),
+        "notifications_per_second": round(messages / seconds),
+        "events_per_second": round(mapped / seconds),
+        "events_stored": samples.stored,
+        "collector": {"processes": collectors, "connected_within_s": round(samples.connect_spread, 2),
+                      "received": sum(received), "received_per_process": received,
+                      "sent": stored_counts, "exit_status": next((s for s in exit_statuses if s), 0),
+                      "cpu_seconds": samples.collector_cpu,
+                      "cpu_us_per_notification": round(samples.collector_cpu / messages * 1e6),
+                      "batch_size": batch_size, "prefetch": prefetch, **rss},
+        "api_cpu_seconds": samples.api_cpu,
+        "api_cpu_us_per_event": round(samples.api_cpu / max(mapped, 1) * 1e6),
+    }
 
 
 class _Sampler:
-    """Polls the store's count of the run's events and the collector's memory while the run goes."""
+    """Polls the store's count of the run's events and the collectors' memory while the run goes.
 
-    def __init__(self, collector: CollectorProcess, api: ServeProcess, store: Any, cloud: str):
-        self.collector, self.api, self.store, self.cloud = collector, api, store, cloud
+    CPU is summed over the collector processes; memory is the largest one's (each holds its own)."""
+
+    def __init__(self, collectors: list[CollectorProcess], api: ServeProcess, store: Any, cloud: str):
+        self.collectors, self.api, self.store, self.cloud = collectors, api, store, cloud
         self.stored = 0
         self.rss: list[tuple[int, float]] = []  # (events stored, RSS MiB)
         self.collector_cpu = 0.0
         self.api_cpu = 0.0
         self.cpu_at_start = (0.0, 0.0)
+        self.connect_spread = 0.0
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._sample_memory, daemon=True)
 
@@ -269,14 +278,28 @@ class _Sampler:
         return self
 
     def wait_connected(self) -> float:
+        """Wait until every collector is connected; returns when the first one was, as it reads from then on.
+
+        CPU is counted from each one's connection: the start-up (imports) is not the cost per message."""
         deadline = time.monotonic() + 60
-        while not (self.collector.health() or {}).get("broker_connected"):
+        first: float | None = None
+        cpu_at: dict[int, float] = {}
+        while True:
+            for collector in self.collectors:
+                if collector.pid not in cpu_at and (collector.health() or {}).get("broker_connected"):
+                    cpu_at[collector.pid] = _cpu_seconds(collector.pid)
+                    if first is None:
+                        first, api_cpu = time.perf_counter(), _cpu_seconds(self.api.pid)
+            if len(cpu_at) == len(self.collectors):
+                break
             if time.monotonic() > deadline:
-                raise CollectorProcessError(f"the collector never connected: {self.collector.log_tail()}")
-            time.sleep(0.01)  # polling an external process
-        # CPU spent from here on: the start-up (imports) is not the collector's cost per message.
-        self.cpu_at_start = (_cpu_seconds(self.collector.pid), _cpu_seconds(self.api.pid))
-        return time.perf_counter()
+                late = next(c for c in self.collectors if c.pid not in cpu_at)
+                raise CollectorProcessError(f"the collector never connected: {late.log_tail()}")
+            time.sleep(0.01)  # polling external processes
+        assert first is not None
+        self.connect_spread = time.perf_counter() - first  # the others joined within this (each polled in turn)
+        self.cpu_at_start = (sum(cpu_at.values()), api_cpu)
+        return first
 
     def wait_stored(self, mapped: int, progress: Callable[[str, int], None] | None) -> float:
         deadline = time.monotonic() + 3600
@@ -287,15 +310,32 @@ class _Sampler:
             self.stored = count
             if count >= mapped:
                 return time.perf_counter()
-            if not self.collector.alive() or time.monotonic() > deadline:
-                raise CollectorProcessError(f"stored {count} of {mapped} events: {self.collector.log_tail()}")
+            dead = next((c for c in self.collectors if not c.alive()), None)
+            if dead is not None or time.monotonic() > deadline:
+                raise CollectorProcessError(f"stored {count} of {mapped} events: {(dead or self.collectors[0]).log_tail()}")
             time.sleep(0.1)  # polling the database
+
+    def wait_counted(self, messages: int, mapped: int) -> tuple[list[float], dict[str, float]]:
+        """Each collector's count of messages read, and their counts of events sent by outcome, once they
+        add up (or after a minute): the sender hears that its events are stored a moment after they
+        are, and a batch of messages that map to no event is acknowledged, and counted, at its own pace."""
+        deadline = time.monotonic() + 60
+        while True:
+            received = [c.metric("tally_collector_received_total") for c in self.collectors]
+            sent = {o: sum(c.metric("tally_collector_sent_total", outcome=o) for c in self.collectors)
+                    for o in ("stored", "duplicate", "rejected")}
+            if (sum(received) >= messages and sum(sent.values()) >= mapped) or time.monotonic() > deadline:
+                return received, sent
+            time.sleep(0.05)  # polling external processes
+
+    def _collectors_cpu(self) -> float:
+        return sum(_cpu_seconds(c.pid) for c in self.collectors)
 
     def _sample_memory(self) -> None:
         while not self._stop.wait(0.5):
             try:
-                self.rss.append((self.stored, self.collector.rss_kib() / 1024))
-                self.collector_cpu = round(_cpu_seconds(self.collector.pid) - self.cpu_at_start[0], 2)
+                self.rss.append((self.stored, max(c.rss_kib() for c in self.collectors) / 1024))
+                self.collector_cpu = round(self._collectors_cpu() - self.cpu_at_start[0], 2)
                 self.api_cpu = round(_cpu_seconds(self.api.pid) - self.cpu_at_start[1], 2)
             except (OSError, RuntimeError):
                 return

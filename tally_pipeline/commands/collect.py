@@ -203,11 +203,14 @@ def collect_openstack(config_path: str | None, log_level: str, **given: Any) -> 
               help="The collector's batch (collector.batch_size).")
 @click.option("--prefetch", type=click.IntRange(1, 65535), default=1000, show_default=True,
               help="The collector's and the baseline's prefetch (collector.prefetch).")
+@click.option("--collectors", type=click.IntRange(1, 8), default=1, show_default=True,
+              help="Collector processes reading the same queues into one buffer directory, as a cloud's bus is "
+                   "read on more than one core (docs/collector.md).")
 @click.option("--oslo/--no-oslo", default=True, show_default=True,
               help="Also measure oslo.messaging's notification listener consuming the same messages.")
 @click.option("--seed", type=int, default=1, show_default=True)
-def bench_collect(messages: int, database: str, transport_url: str, batch_size: int, prefetch: int, oslo: bool,
-                  seed: int) -> None:
+def bench_collect(messages: int, database: str, transport_url: str, batch_size: int, prefetch: int,
+                  collectors: int, oslo: bool, seed: int) -> None:
     """Notifications per second end to end (oslo.messaging Notifier -> collector -> tally serve on Postgres ->
     stored) against merely consuming and acknowledging the same messages from the same broker; the
     collector's memory over the run."""
@@ -226,7 +229,8 @@ def bench_collect(messages: int, database: str, transport_url: str, batch_size: 
 
     try:
         report = collect.run(database=database, transport_url=transport_url, messages=messages, seed=seed,
-                             batch_size=batch_size, prefetch=prefetch, oslo=oslo, progress=progress)
+                             batch_size=batch_size, prefetch=prefetch, collectors=collectors, oslo=oslo,
+                             progress=progress)
     except (StoreError, ValueError, RuntimeError) as exc:
         raise click.ClickException(str(exc)) from None
     finally:

@@ -51,7 +51,7 @@ def cumulative_usage(store: Store, meters: Sequence[Meter], through: datetime) -
     ]
 
 
-def unopened_entities(store: Store, meters: Fragment, before: datetime) -> list[tuple[str, str, str]]:
+def unopened_entities(store: Store, sql: UsageSQL, meters: Fragment, before: datetime) -> list[tuple[str, str, str]]:
     """``(cloud, project_id, meter)`` of every entity with an interval begun before ``before`` and no
     checkpoint: those a cycle at that clamp must open. ``meters`` is ``UsageSQL.meters``."""
     statement = compose(
@@ -62,7 +62,12 @@ def unopened_entities(store: Store, meters: Fragment, before: datetime) -> list[
         " AND NOT EXISTS (SELECT 1 FROM usage_checkpoints c WHERE c.cloud = i.cloud AND c.project_id = i.project_id"
         " AND c.meter = m.meter)",
     )
-    return store.query(statement.sql, statement.params)
+
+    def search(uow: UnitOfWork) -> list[tuple[str, str, str]]:
+        sql.scan_in_parallel(uow)
+        return uow.fetchall(statement.sql, statement.params)
+
+    return store.run(search)
 
 
 def batch_totals(
@@ -103,16 +108,20 @@ def totals_relation(
     totals read into Python (``batch_totals``) and the delta computed in SQL (``ledger_delta``).
     """
     boundary_us = epoch_us(window.boundary)
+    # Each interval row's reason to be unusable is written in ``y``, below the grouping: the sort and
+    # the aggregate then carry a few integers per row rather than its size and names (measured: the
+    # relation for 5,000 entities 43-45 ms against 46-48).
     return compose(
-        "(SELECT x.cloud, x.project_id, x.meter, sum(",
-        sql.usage("x.xc"),
+        "(SELECT y.cloud, y.project_id, y.meter, sum(",
+        sql.usage("y.xc", "y"),
         ") AS xc, sum(",
-        sql.usage("x.b"),
+        sql.usage("y.b", "y"),
         ") AS split, sum(",
-        sql.usage("x.xb"),
-        ") AS xb, count(*) - count(x.v) AS n_bad, min(CASE WHEN x.v IS NULL THEN ",
+        sql.usage("y.xb", "y"),
+        ") AS xb, count(*) - count(y.v) AS n_bad, min(y.bad) AS example FROM (SELECT x.cloud, x.project_id,"
+        " x.meter, x.b, x.xc, x.xb, x.v, x.s, x.e, x.d, CASE WHEN x.v IS NULL THEN ",
         sql.bad_value(),
-        " END) AS example FROM (SELECT c.cloud, c.project_id, c.meter, coalesce(",
+        " END AS bad FROM (SELECT c.cloud, c.project_id, c.meter, coalesce(",
         sql.us("c.aged_boundary"),
         ", ",
         sql.bigint(boundary_us),
@@ -135,5 +144,7 @@ def totals_relation(
             exact=False, columns=("cloud", "project_id"),
         ),
         EVALUATE_ONCE,
-        f") x GROUP BY x.cloud, x.project_id, x.meter) AS {alias}",
+        ") x",
+        EVALUATE_ONCE,
+        f") y GROUP BY y.cloud, y.project_id, y.meter) AS {alias}",
     )

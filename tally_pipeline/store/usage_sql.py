@@ -190,6 +190,9 @@ class UsageSQL(abc.ABC):
     def plan_per_batch(self, uow: UnitOfWork) -> None:  # noqa: B027 - DuckDB plans every statement
         """Plan this transaction's statements for their actual parameters."""
 
+    def scan_in_parallel(self, uow: UnitOfWork) -> None:  # noqa: B027 - DuckDB spreads a scan on its own
+        """Let this transaction's next statement, a scan of whole tables, use more than one core."""
+
     def lock_rows(self) -> str:
         """Row locks on the checkpoints a statement reads (none by default)."""
         return ""

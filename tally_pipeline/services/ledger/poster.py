@@ -318,7 +318,7 @@ def _open_unopened(store: Store, cycle: _Cycle) -> None:
     the search for unopened ones would be in neither (that poster's checkpoints are not unopened).
     """
     # found in the database: in a steady cycle there are none, and nothing per entity comes back
-    missing = sorted(unopened_entities(store, cycle.meters, cycle.window.clamp))
+    missing = sorted(unopened_entities(store, cycle.sql, cycle.meters, cycle.window.clamp))
     if not missing:
         return
     keys = [EntityKey(*key) for key in missing]

@@ -34,12 +34,16 @@ class PostgresUsageSQL(UsageSQL):
         return f"(extract(epoch FROM {column}) * 1000000)::bigint"
 
     def meter_value(self) -> str:
+        # A jsonb number is a numeric: an integer in [0, 10^18) is one of scale 0 in that range, the
+        # same values as a text match of 1 to 18 digits, without a regular expression per row
+        # (measured: 2-3 ms of a 5,000-entity batch's 45). The inner CASE keeps the cast to number values.
+        value = "(i.size ->> m.per)::numeric"
         return (
             "CASE WHEN m.per IS NULL THEN 1::numeric"
             " WHEN jsonb_typeof(i.size) <> 'object' THEN NULL"
             " WHEN coalesce(jsonb_typeof(i.size -> m.per), 'null') = 'null' THEN 0::numeric"
-            " WHEN jsonb_typeof(i.size -> m.per) = 'number' AND (i.size ->> m.per) ~ '^[0-9]{1,18}$'"
-            " THEN (i.size ->> m.per)::numeric END"
+            f" WHEN jsonb_typeof(i.size -> m.per) = 'number' THEN CASE WHEN scale({value}) = 0 AND {value} >= 0"
+            f" AND {value} < 1000000000000000000 THEN {value} END END"
         )
 
     def field_problem(self, x: str) -> str:
@@ -94,6 +98,13 @@ class PostgresUsageSQL(UsageSQL):
         """psycopg prepares a statement run five times; Postgres then may reuse a generic plan, and
         for a key range with unknown bounds that is a scan of every checkpoint, in every batch."""
         uow.execute("SET LOCAL plan_cache_mode = force_custom_plan")
+
+    def scan_in_parallel(self, uow: UnitOfWork) -> None:
+        # Postgres weighs starting its parallel workers as dearer than a scan of a few tens of MB; a
+        # cycle searching every interval for unopened entities runs before its batches, with the other
+        # cores idle (measured: 58-68 ms against 97-131 over 100,000 checkpoints). Tables smaller than
+        # min_parallel_table_scan_size are still scanned by one process.
+        uow.execute("SET LOCAL parallel_setup_cost = 0")
 
     def pin_projection(self, uow: UnitOfWork) -> None:
         from tally_pipeline.store.postgres.locks import PROJECTION_LOCK

@@ -102,8 +102,8 @@ class PostgresUsageSQL(UsageSQL):
     def scan_in_parallel(self, uow: UnitOfWork) -> None:
         # Postgres weighs starting its parallel workers as dearer than a scan of a few tens of MB; a
         # cycle searching every interval for unopened entities runs before its batches, with the other
-        # cores idle (measured: 58-68 ms against 97-131 over 100,000 checkpoints). Tables smaller than
-        # min_parallel_table_scan_size are still scanned by one process.
+        # cores idle (measured: medians of 60-68 ms against 87-131 over 100,000 checkpoints). Tables
+        # smaller than min_parallel_table_scan_size are still scanned by one process.
         uow.execute("SET LOCAL parallel_setup_cost = 0")
 
     def pin_projection(self, uow: UnitOfWork) -> None:

@@ -23,10 +23,10 @@ def activity(store: Store) -> list[rules.CloudActivity]:
     return [rules.CloudActivity(c, to_utc(t) if t else None) for c, t in rows]
 
 
-def last_runs(store: Store) -> list[rules.LastRun]:
-    """Each cloud's latest finished sync run."""
+def last_runs(store: Store, counts: Mapping[str, int] | None = None) -> list[rules.LastRun]:
+    """Each cloud's latest finished sync run; ``counts``: ``sync_runs.reconciled_run_counts``, if read already."""
     rows = sync_runs.latest_finished_runs(store)
-    counts = sync_runs.reconciled_run_counts(store)
+    counts = sync_runs.reconciled_run_counts(store) if counts is None else counts
     out = []
     for cloud, status, poll, drift, error, per_type, stuck in rows:
         types = summaries_from_json(orjson.loads(per_type) if isinstance(per_type, str) else per_type).values()
@@ -44,9 +44,10 @@ def last_type_activity(store: Store) -> list[rules.TypeActivity]:
     return [rules.TypeActivity(c, t, to_utc(at)) for c, t, at in type_activity.last_collector_events(store)]
 
 
-def latest_corrections(store: Store) -> list[rules.LatestCorrections]:
-    """Each cloud's latest reconciled sync: its corrections per type, and the poll time of the one before."""
-    counts = sync_runs.reconciled_run_counts(store)
+def latest_corrections(store: Store, counts: Mapping[str, int] | None = None) -> list[rules.LatestCorrections]:
+    """Each cloud's latest reconciled sync: its corrections per type, and the poll time of the one before;
+    ``counts``: ``sync_runs.reconciled_run_counts``, if read already."""
+    counts = sync_runs.reconciled_run_counts(store) if counts is None else counts
     previous: dict[str, datetime] = {}
     latest: list[tuple[str, datetime, Any]] = []
     for cloud, poll, per_type, rank in sync_runs.latest_reconciled_runs(store):
@@ -103,9 +104,10 @@ def evaluate(store: Store, clouds: list[str], now: datetime, settings: rules.Ale
 def inputs(store: Store, clouds: list[str], now: datetime, misconfigured: Mapping[str, str] | None = None,
            watched: Collection[str] = (), unrecorded: Iterable[rules.UnrecordedFailure] = ()) -> defs.AlertInputs:
     """What every alert condition reads, read from the store once."""
+    counts = sync_runs.reconciled_run_counts(store)
     return defs.AlertInputs(
         now=now, clouds=tuple(clouds), known=frozenset(clouds) | frozenset(watched), activity=tuple(activity(store)),
-        last_success=last_success(store), last_runs=tuple(last_runs(store)), misconfigured=dict(misconfigured or {}),
-        unrecorded=tuple(unrecorded), ledger_skips=tuple(ledger_skips(store)),
-        latest_corrections=tuple(latest_corrections(store)), type_activity=tuple(last_type_activity(store)),
+        last_success=last_success(store), last_runs=tuple(last_runs(store, counts)),
+        misconfigured=dict(misconfigured or {}), unrecorded=tuple(unrecorded), ledger_skips=tuple(ledger_skips(store)),
+        latest_corrections=tuple(latest_corrections(store, counts)), type_activity=tuple(last_type_activity(store)),
         services=SERVICE_OF_TYPE, service_hint=SILENT_SERVICE_HINT)

@@ -167,7 +167,8 @@ def store_families(store: Any, clouds: list[str], known: Collection[str] | None 
                         ["cloud", "resource_type"])
     previous = gauge("tally_sync_previous_success_timestamp_seconds", "Poll time of the succeeded or partial sync "
                      "before the latest one: the latest sync's corrections happened since.", ["cloud"])
-    for latest in latest_corrections(store):
+    reconciled = sync_runs.reconciled_run_counts(store)  # read once for both readers below
+    for latest in latest_corrections(store, reconciled):
         for rtype, n in latest.corrections.items():
             corrections.add_metric([latest.cloud, rtype], n)
         if latest.previous_poll_time is not None:
@@ -177,7 +178,7 @@ def store_families(store: Any, clouds: list[str], known: Collection[str] | None 
                   "(the platform's last change), poll (nothing better known).", ["cloud", "resource_type", "source"])
     for cloud, rtype, source, n in latest_dating(store):
         dated.add_metric([cloud, rtype, source], n)
-    runs = last_runs(store)
+    runs = last_runs(store, reconciled)
     for name, help_text, value in (
         ("tally_sync_last_failed", "1 when the cloud's latest sync failed or was partial (a type not listed, or "
          "deletes held by the mass-delete guard), else 0.",

@@ -23,10 +23,9 @@ def activity(store: Store) -> list[rules.CloudActivity]:
     return [rules.CloudActivity(c, to_utc(t) if t else None) for c, t in rows]
 
 
-def last_runs(store: Store, counts: Mapping[str, int] | None = None) -> list[rules.LastRun]:
-    """Each cloud's latest finished sync run; ``counts``: ``sync_runs.reconciled_run_counts``, if read already."""
+def last_runs(store: Store, counts: Mapping[str, int]) -> list[rules.LastRun]:
+    """Each cloud's latest finished sync run; ``counts``: ``sync_runs.reconciled_run_counts``."""
     rows = sync_runs.latest_finished_runs(store)
-    counts = sync_runs.reconciled_run_counts(store) if counts is None else counts
     out = []
     for cloud, status, poll, drift, error, per_type, stuck in rows:
         types = summaries_from_json(orjson.loads(per_type) if isinstance(per_type, str) else per_type).values()
@@ -44,10 +43,9 @@ def last_type_activity(store: Store) -> list[rules.TypeActivity]:
     return [rules.TypeActivity(c, t, to_utc(at)) for c, t, at in type_activity.last_collector_events(store)]
 
 
-def latest_corrections(store: Store, counts: Mapping[str, int] | None = None) -> list[rules.LatestCorrections]:
+def latest_corrections(store: Store, counts: Mapping[str, int]) -> list[rules.LatestCorrections]:
     """Each cloud's latest reconciled sync: its corrections per type, and the poll time of the one before;
-    ``counts``: ``sync_runs.reconciled_run_counts``, if read already."""
-    counts = sync_runs.reconciled_run_counts(store) if counts is None else counts
+    ``counts``: ``sync_runs.reconciled_run_counts``."""
     previous: dict[str, datetime] = {}
     latest: list[tuple[str, datetime, Any]] = []
     for cloud, poll, per_type, rank in sync_runs.latest_reconciled_runs(store):
